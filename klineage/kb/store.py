@@ -1,0 +1,92 @@
+"""The ``GraphStore`` protocol: what every knowledge-base store (embedded, Neo4j) provides.
+
+Both stores pass one conformance suite (``tests/kb/test_store_conformance.py``); code above
+``kb`` only ever talks to this protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from klineage.schema.graph import GraphBatch, Node, Relationship
+
+
+class StoreError(RuntimeError):
+    """A store could not do what was asked (unreachable, misconfigured, bad batch); says why."""
+
+
+@dataclass(frozen=True)
+class ScoredNode:
+    """A node returned by a ranked query, with its score (higher is better)."""
+
+    node: Node
+    score: float
+
+
+@dataclass(frozen=True)
+class LineageView:
+    """A lineage with its workload, starting kernel and steps ordered by index."""
+
+    lineage: Node
+    workload: Node | None
+    start: Node | None
+    steps: tuple[Node, ...]
+
+
+@runtime_checkable
+class GraphStore(Protocol):
+    """A graph of KLineage records.
+
+    Promises: ``upsert`` is atomic (all of a batch or nothing) and idempotent (writing the same
+    batch twice changes nothing); a relationship whose endpoint is neither in the batch nor in
+    the store is rejected with StoreError and nothing is written; properties round-trip exactly.
+    """
+
+    def upsert(self, batch: GraphBatch) -> None:
+        """Write all nodes and relationships of ``batch`` in one atomic unit (merge by id / by key)."""
+        ...
+
+    def get(self, label: str, node_id: str) -> Node | None:
+        """The node with this label and id, or None."""
+        ...
+
+    def get_many(self, label: str, node_ids: Sequence[str]) -> list[Node | None]:
+        """Nodes for ``node_ids`` in the same order (None where missing): one round trip."""
+        ...
+
+    def find(self, label: str, where: Mapping[str, Any] | None = None, limit: int | None = None,
+             after: str | None = None) -> list[Node]:
+        """Nodes of ``label`` whose properties equal ``where``, ordered by id, ids > ``after``, at most ``limit``."""
+        ...
+
+    def neighbors(self, node_ids: Sequence[str], rel_type: str, direction: str = "out"
+                  ) -> dict[str, list[tuple[Relationship, Node]]]:
+        """For each id, its ``rel_type`` relationships (``out``: id is the source; ``in``: the target)
+        with the node at the other end, ordered by that node's id: one round trip for many ids."""
+        ...
+
+    def lineage(self, lineage_id: str) -> LineageView | None:
+        """The lineage, its workload, starting kernel and steps ordered by HAS_STEP index."""
+        ...
+
+    def vector_top_k(self, label: str, prop: str, vector: Sequence[float], k: int) -> list[ScoredNode]:
+        """The ``k`` nodes whose ``prop`` vector is most cosine-similar to ``vector`` (score = cosine)."""
+        ...
+
+    def fulltext_top_k(self, index: str, text: str, k: int) -> list[ScoredNode]:
+        """The ``k`` best full-text matches of ``text`` in the named full-text index (graph_spec)."""
+        ...
+
+    def counts(self) -> dict[str, int]:
+        """Number of nodes per label and relationships per type (keys ``Label`` and ``:TYPE``)."""
+        ...
+
+    def export(self) -> GraphBatch:
+        """Every node and relationship, ordered by (label, id) and (type, source, target)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and files."""
+        ...

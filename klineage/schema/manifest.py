@@ -1,0 +1,127 @@
+"""Workload manifests (``workloads/<name>/manifest.toml``), loaded and checked exactly as DESIGN.md says.
+
+Every error names the file, the key and what was expected; unknown keys are errors, not ignored.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from klineage.schema.errors import ManifestError
+
+DTYPES = ("fp32", "fp16", "bf16")
+ROLES = ("expert", "heldout")
+MANIFEST_NAME = "manifest.toml"
+_REQUIRED = ("name", "family", "description", "role", "kernel", "reference", "dtypes", "shapes",
+             "cpu_shapes", "tolerance")
+
+Shape = Mapping[str, int | bool]
+
+
+@dataclass(frozen=True)
+class WorkloadManifest:
+    """A validated workload: where its files are, its dtypes, GPU and CPU shape grids and tolerances."""
+
+    name: str
+    family: str
+    description: str
+    role: str
+    kernel: str
+    reference: str
+    dtypes: tuple[str, ...]
+    shapes: tuple[Shape, ...]
+    cpu_shapes: tuple[Shape, ...]
+    tolerance: Mapping[str, float]
+    directory: Path
+
+    @property
+    def kernel_path(self) -> Path:
+        """Path of the starting candidate (expert.py or naive.py)."""
+        return self.directory / self.kernel
+
+    @property
+    def reference_path(self) -> Path:
+        """Path of reference.py."""
+        return self.directory / self.reference
+
+
+def _check_shapes(source: str, key: str, value: Any) -> tuple[Shape, ...]:
+    if not isinstance(value, list) or not value:
+        raise ManifestError(source, key, "a non-empty list of inline tables like { M = 64, N = 64 }", value)
+    shapes = []
+    for i, shape in enumerate(value):
+        where = f"{key}[{i}]"
+        if not isinstance(shape, dict) or not shape:
+            raise ManifestError(source, where, "an inline table of dimension = integer", shape)
+        for dim, size in shape.items():
+            if isinstance(size, bool):
+                continue  # flags such as causal = true
+            if not isinstance(size, int) or size <= 0:
+                raise ManifestError(source, f"{where}.{dim}", "a positive integer (or a boolean flag)", size)
+        shapes.append(dict(shape))
+    return tuple(shapes)
+
+
+def parse_manifest(data: Mapping[str, Any], source: str, directory: Path) -> WorkloadManifest:
+    """Validate parsed TOML ``data`` (from ``source``) and return the manifest; raise ManifestError."""
+    extra = set(data) - {"workload"}
+    if extra:
+        raise ManifestError(source, sorted(extra)[0], "only the table [workload] at the top level")
+    table = data.get("workload")
+    if not isinstance(table, dict):
+        raise ManifestError(source, "workload", "a table [workload]")
+    unknown = set(table) - set(_REQUIRED)
+    if unknown:
+        raise ManifestError(source, f"workload.{sorted(unknown)[0]}",
+                            f"one of the known keys ({', '.join(_REQUIRED)}); unknown keys are an error")
+    for key in _REQUIRED:
+        if key not in table:
+            raise ManifestError(source, f"workload.{key}", "a value (the key is required)")
+    for key in ("name", "family", "description", "kernel", "reference"):
+        if not isinstance(table[key], str) or not table[key].strip():
+            raise ManifestError(source, f"workload.{key}", "a non-empty string", table[key])
+    if table["role"] not in ROLES:
+        raise ManifestError(source, "workload.role", f"one of {ROLES}", table["role"])
+    for key in ("kernel", "reference"):
+        if not (directory / table[key]).is_file():
+            raise ManifestError(source, f"workload.{key}", f"a file next to the manifest ({table[key]} "
+                                "does not exist)")
+    dtypes = table["dtypes"]
+    if not isinstance(dtypes, list) or not dtypes or any(d not in DTYPES for d in dtypes):
+        raise ManifestError(source, "workload.dtypes", f"a non-empty list drawn from {DTYPES}", dtypes)
+    tolerance = table["tolerance"]
+    if not isinstance(tolerance, dict):
+        raise ManifestError(source, "workload.tolerance", "a table dtype = relative error bound", tolerance)
+    for dtype in dtypes:
+        bound = tolerance.get(dtype)
+        if isinstance(bound, bool) or not isinstance(bound, int | float) or bound <= 0:
+            raise ManifestError(source, f"workload.tolerance.{dtype}", "a positive number", bound)
+    for dtype in tolerance:
+        if dtype not in DTYPES:
+            raise ManifestError(source, f"workload.tolerance.{dtype}", f"a dtype among {DTYPES}")
+    return WorkloadManifest(
+        name=table["name"], family=table["family"], description=table["description"],
+        role=table["role"], kernel=table["kernel"], reference=table["reference"],
+        dtypes=tuple(dtypes), shapes=_check_shapes(source, "workload.shapes", table["shapes"]),
+        cpu_shapes=_check_shapes(source, "workload.cpu_shapes", table["cpu_shapes"]),
+        tolerance={k: float(v) for k, v in tolerance.items()}, directory=directory,
+    )
+
+
+def load_manifest(path: str | Path) -> WorkloadManifest:
+    """Load ``path`` (a workload folder or its manifest.toml); raise ManifestError naming file and key."""
+    path = Path(path)
+    file = path / MANIFEST_NAME if path.is_dir() else path
+    if not file.is_file():
+        raise ManifestError(str(file), "workload", f"a workload folder holding {MANIFEST_NAME} (not found)")
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ManifestError(str(file), "workload", "UTF-8 text") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ManifestError(str(file), "workload", f"valid TOML ({exc})") from exc
+    return parse_manifest(data, str(file), file.parent.resolve())

@@ -1,0 +1,224 @@
+"""Domain records of the graph model (DESIGN.md, "Graph model"), as frozen dataclasses.
+
+Every record has a deterministic id (``ids.content_id``) and converts to a generic ``Node``
+with ``to_node()``; ``from_node()`` reads it back. Stores only see ``Node``/``Relationship``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from klineage.schema.graph import Node
+from klineage.schema.ids import content_id
+
+
+def _tuple(values: Iterable[Any] | None) -> tuple[Any, ...]:
+    return tuple(values or ())
+
+
+@dataclass(frozen=True)
+class Effect:
+    """Distribution of measured speedups (optimized over simplified) across shapes; n = 0 when unmeasured."""
+
+    min: float | None = None
+    median: float | None = None
+    max: float | None = None
+    n: int = 0
+
+    @staticmethod
+    def of(speedups: Sequence[float]) -> Effect:
+        """Summarize a list of measured speedups; an empty list gives the unmeasured effect."""
+        values = [float(s) for s in speedups]
+        if not values:
+            return Effect()
+        return Effect(min(values), statistics.median(values), max(values), len(values))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return ``{"min", "median", "max", "n"}``."""
+        return {"min": self.min, "median": self.median, "max": self.max, "n": self.n}
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any] | None) -> Effect:
+        """Read an effect written by ``to_dict``."""
+        data = data or {}
+        return Effect(data.get("min"), data.get("median"), data.get("max"), int(data.get("n") or 0))
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """Where a skill applies: a feature predicate (condition language) and a human description."""
+
+    predicate: str
+    description: str
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A condition on a skill: ``kind`` is "valid" (VALID_WHEN) or "profitable" (PROFITABLE_WHEN).
+
+    ``source`` says where it came from ("gate-failure", "induced", "declared"); ``accuracy`` is the
+    fraction of evidence shapes an induced rule classifies right (None when not induced).
+    """
+
+    expr: str
+    kind: str
+    source: str = "declared"
+    description: str = ""
+    accuracy: float | None = None
+    support: int = 0
+
+    @property
+    def id(self) -> str:
+        """Deterministic id from the expression and kind."""
+        return content_id("Condition", self.kind, self.expr)
+
+    def to_node(self) -> Node:
+        """Return the Condition node."""
+        return Node("Condition", self.id, {
+            "expr": self.expr, "kind": self.kind, "source": self.source,
+            "description": self.description, "accuracy": self.accuracy, "support": self.support,
+        })
+
+    @staticmethod
+    def from_node(node: Node) -> Condition:
+        """Read a Condition node."""
+        p = node.props
+        return Condition(p["expr"], p["kind"], p.get("source", "declared"), p.get("description", ""),
+                         p.get("accuracy"), int(p.get("support") or 0))
+
+
+@dataclass(frozen=True)
+class Risk:
+    """What breaks when a skill's assumptions fail: ``kind`` (e.g. "out-of-resources",
+    "wrong-results", "regression") and the evidence that showed it."""
+
+    kind: str
+    description: str
+    evidence: str = ""
+
+    @property
+    def id(self) -> str:
+        """Deterministic id from kind and description."""
+        return content_id("Risk", self.kind, self.description)
+
+    def to_node(self) -> Node:
+        """Return the Risk node."""
+        return Node("Risk", self.id, {"kind": self.kind, "description": self.description,
+                                      "evidence": self.evidence})
+
+    @staticmethod
+    def from_node(node: Node) -> Risk:
+        """Read a Risk node."""
+        p = node.props
+        return Risk(p["kind"], p["description"], p.get("evidence", ""))
+
+
+def skill_id(operator: str) -> str:
+    """Skills that reverse the same operator merge into one: the id depends on the operator only."""
+    return content_id("Skill", operator)
+
+
+@dataclass(frozen=True)
+class Skill:
+    """A verified optimization: what to change, where, when it is valid and profitable, what it did."""
+
+    operator: str
+    name: str
+    intent: str
+    anchor: Anchor
+    carrier: str
+    transform: Mapping[str, Any]
+    effect: Effect = field(default_factory=Effect)
+    support_steps: int = 0
+    support_lineages: int = 0
+    architectures: tuple[str, ...] = ()
+    embedding: tuple[float, ...] = ()
+    sample: bool = False
+
+    @property
+    def id(self) -> str:
+        """Deterministic id (see ``skill_id``)."""
+        return skill_id(self.operator)
+
+    def embedding_text(self) -> str:
+        """The text embedded for vector search: name, intent, anchor and carrier."""
+        return f"{self.name}. {self.intent} Applies to: {self.anchor.description}. Changes: {self.carrier}."
+
+    def to_node(self) -> Node:
+        """Return the Skill node (embedding included when present)."""
+        return Node("Skill", self.id, {
+            "operator": self.operator, "name": self.name, "intent": self.intent,
+            "anchor_predicate": self.anchor.predicate, "anchor_text": self.anchor.description,
+            "carrier": self.carrier, "transform": dict(self.transform), "effect": self.effect.to_dict(),
+            "support_steps": self.support_steps, "support_lineages": self.support_lineages,
+            "architectures": list(self.architectures), "embedding": list(self.embedding),
+            "sample": self.sample,
+        })
+
+    @staticmethod
+    def from_node(node: Node) -> Skill:
+        """Read a Skill node."""
+        p = node.props
+        return Skill(
+            operator=p["operator"], name=p["name"], intent=p["intent"],
+            anchor=Anchor(p.get("anchor_predicate", ""), p.get("anchor_text", "")),
+            carrier=p.get("carrier", ""), transform=dict(p.get("transform") or {}),
+            effect=Effect.from_dict(p.get("effect")), support_steps=int(p.get("support_steps") or 0),
+            support_lineages=int(p.get("support_lineages") or 0),
+            architectures=_tuple(p.get("architectures")), embedding=_tuple(p.get("embedding")),
+            sample=bool(p.get("sample", False)),
+        )
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One measured step behind a skill: which lineage and step, and the per-shape speedups."""
+
+    lineage_id: str
+    step_id: str
+    workload: str
+    gpu: str
+    speedups: tuple[Mapping[str, Any], ...] = ()  # each {"shape": {...}, "dtype": str, "speedup": float}
+    sample: bool = False
+
+
+@dataclass(frozen=True)
+class Application:
+    """An agent's use of a skill on new code, with its outcome."""
+
+    skill_id: str
+    kernel_sha: str
+    outcome: str
+    speedup: float | None = None
+    recorded_at: str = ""
+
+    @property
+    def id(self) -> str:
+        """Deterministic id: the same skill, kernel, outcome and time is one application."""
+        return content_id("Application", self.skill_id, self.kernel_sha, self.outcome, self.speedup,
+                          self.recorded_at)
+
+    def to_node(self) -> Node:
+        """Return the Application node."""
+        return Node("Application", self.id, {
+            "skill_id": self.skill_id, "kernel_sha": self.kernel_sha, "outcome": self.outcome,
+            "speedup": self.speedup, "recorded_at": self.recorded_at,
+        })
+
+
+def architecture_id(arch: str) -> str:
+    """Id of an Architecture node, e.g. ``architecture:sm_90`` (readable, and stable)."""
+    return f"architecture:{arch}"
+
+
+def workload_id(name: str) -> str:
+    """Id of a Workload node: ``workload:<name>``."""
+    return f"workload:{name}"
+
+
+def kernel_id(sha: str) -> str:
+    """Id of a Kernel node: ``kernel:<first 16 hex of its sha>``."""
+    return f"kernel:{sha[:16]}"
