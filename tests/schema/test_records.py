@@ -1,0 +1,61 @@
+"""Records have deterministic ids and round-trip through graph nodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from klineage.schema.gate_result import GateOutcome, GateResult
+from klineage.schema.graph import GraphBatch, Node, Relationship
+from klineage.schema.ids import content_id, kernel_sha
+from klineage.schema.records import Anchor, Condition, Effect, Risk, Skill, skill_id
+
+
+def test_content_ids_are_deterministic_and_order_insensitive_for_maps() -> None:
+    assert content_id("Step", {"a": 1, "b": 2}) == content_id("Step", {"b": 2, "a": 1})
+    assert content_id("Step", 1) != content_id("Step", 2)
+    assert content_id("Skill", "x").startswith("skill:")
+    assert len(kernel_sha("x")) == 64
+
+
+def test_skill_round_trip_and_merge_identity() -> None:
+    skill = Skill("exp2", "Use exp2", "Replace exp by exp2 with log2(e) folded.", Anchor("uses_exp", "exp"),
+                  "tl.exp calls", {"operator": "exp2", "params": {}}, Effect.of([1.0, 1.1, 1.3]), 2, 1,
+                  ("sm_90",), (0.1, 0.2))
+    back = Skill.from_node(skill.to_node())
+    assert back == skill
+    assert skill.id == skill_id("exp2")
+    assert back.effect.median == pytest.approx(1.1) and back.effect.n == 3
+
+
+def test_condition_and_risk_round_trip() -> None:
+    c = Condition("K % 64 == 0", "valid", "gate-failure", "tail", None, 3)
+    assert Condition.from_node(c.to_node()) == c
+    assert Condition("K % 64 == 0", "profitable").id != c.id
+    r = Risk("out-of-resources", "too many stages")
+    assert Risk.from_node(r.to_node()) == r
+
+
+def test_effect_of_nothing_is_unmeasured() -> None:
+    assert Effect.of([]) == Effect(None, None, None, 0)
+
+
+def test_graph_records_reject_unknown_labels_and_types() -> None:
+    with pytest.raises(ValueError, match="unknown node label"):
+        Node("Person", "p:1")
+    with pytest.raises(ValueError, match="unknown relationship"):
+        Relationship("KNOWS", "a", "b")
+    batch = GraphBatch.of([Node("Risk", "r:1", {"a": 1}), Node("Risk", "r:1", {"a": 2})])
+    assert len(batch.nodes) == 1 and batch.nodes[0].props == {"a": 2}
+
+
+def test_gate_result_verdict_is_computed() -> None:
+    result = GateResult("abc", "cpu", {"torch": "2.11.0"}, (
+        GateOutcome("static", "pass"), GateOutcome("compile", "skipped", "no GPU"),
+        GateOutcome("correctness", "fail", "rel err 3e-1 > 2e-2")))
+    assert result.verdict == "fail"
+    assert result.failed_gate is not None and result.failed_gate.gate == "correctness"
+    doc = result.to_dict()
+    doc["verdict"] = "pass"  # a forged verdict is not trusted on read
+    assert GateResult.from_dict(doc).verdict == "fail"
+    with pytest.raises(ValueError):
+        GateOutcome("speed", "pass")
