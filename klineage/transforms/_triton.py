@@ -1,0 +1,413 @@
+"""Structural queries over a Triton candidate module: kernels, launches, tl calls, tunable constants.
+
+Everything matches on structure (the ast), never on the variable names of a particular kernel: the
+``triton`` / ``triton.language`` aliases are read from the imports, kernels are the functions whose
+decorators end in ``jit``, launches are ``kernel[grid](...)`` calls, and tunables are found where
+the value of a constexpr parameter is written (autotune configs, launch keywords, or a local int).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from klineage.transforms._source import Src, int_const, str_const
+
+
+@dataclass(frozen=True)
+class Aliases:
+    """Local names of ``triton`` and ``triton.language``."""
+
+    triton: frozenset[str] = frozenset({"triton"})
+    tl: frozenset[str] = frozenset({"tl"})
+
+
+def aliases(tree: ast.Module) -> Aliases:
+    """Read the names under which triton and triton.language are imported."""
+    tri: set[str] = set()
+    tl: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "triton":
+                    tri.add(a.asname or "triton")
+                elif a.name == "triton.language":
+                    if a.asname:
+                        tl.add(a.asname)
+                    else:
+                        tri.add("triton")
+        elif isinstance(node, ast.ImportFrom) and node.module == "triton":
+            for a in node.names:
+                if a.name == "language":
+                    tl.add(a.asname or "language")
+    return Aliases(frozenset(tri or {"triton"}), frozenset(tl or {"tl"}))
+
+
+def dotted(node: ast.AST) -> str | None:
+    """``a.b.c`` for a Name/Attribute chain, else None."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def tl_func(call: ast.AST, al: Aliases) -> str | None:
+    """For a call to ``tl.X(...)`` (or ``triton.language.X``), return ``X``; else None."""
+    if not isinstance(call, ast.Call):
+        return None
+    name = dotted(call.func)
+    if name is None or "." not in name:
+        return None
+    head, _, attr = name.rpartition(".")
+    if head in al.tl or head in {f"{t}.language" for t in al.triton}:
+        return attr
+    return None
+
+
+def triton_func(call: ast.AST, al: Aliases) -> str | None:
+    """For a call to ``triton.X(...)`` return ``X``; else None."""
+    if not isinstance(call, ast.Call):
+        return None
+    name = dotted(call.func)
+    if name is None or "." not in name:
+        return None
+    head, _, attr = name.rpartition(".")
+    return attr if head in al.triton else None
+
+
+def is_tl_attr(node: ast.AST, al: Aliases, attr: str | None = None) -> bool:
+    """True for ``tl.attr`` (e.g. ``tl.float32``, ``tl.constexpr``)."""
+    name = dotted(node)
+    if name is None or "." not in name:
+        return False
+    head, _, a = name.rpartition(".")
+    ok_head = head in al.tl or head in {f"{t}.language" for t in al.triton}
+    return ok_head and (attr is None or a == attr)
+
+
+def kwarg(call: ast.Call, name: str) -> ast.expr | None:
+    """Value of keyword ``name`` in a call, else None."""
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    return None
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter."""
+
+    name: str
+    constexpr: bool
+    has_default: bool
+    node: ast.arg
+
+
+@dataclass
+class Kernel:
+    """A ``@triton.jit`` function with its decorators."""
+
+    node: ast.FunctionDef
+    jit: ast.expr
+    autotune: ast.Call | None = None
+    heuristics: ast.Call | None = None
+    params: list[Param] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """The function name."""
+        return self.node.name
+
+    def param(self, name: str) -> Param | None:
+        """The parameter called ``name``."""
+        for p in self.params:
+            if p.name == name:
+                return p
+        return None
+
+    @property
+    def constexprs(self) -> list[str]:
+        """Names of constexpr parameters."""
+        return [p.name for p in self.params if p.constexpr]
+
+
+def _decorator_name(deco: ast.expr) -> str | None:
+    target = deco.func if isinstance(deco, ast.Call) else deco
+    return dotted(target)
+
+
+def kernels(tree: ast.Module, al: Aliases | None = None) -> list[Kernel]:
+    """All module-level ``@triton.jit`` functions (helpers included), in source order."""
+    al = al or aliases(tree)
+    out: list[Kernel] = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        jit = autotune = heur = None
+        for deco in node.decorator_list:
+            name = _decorator_name(deco) or ""
+            last = name.rpartition(".")[2]
+            if last == "jit":
+                jit = deco
+            elif last == "autotune" and isinstance(deco, ast.Call):
+                autotune = deco
+            elif last == "heuristics" and isinstance(deco, ast.Call):
+                heur = deco
+        if jit is None:
+            continue
+        args = node.args
+        positional = [*args.posonlyargs, *args.args]
+        n_default = len(args.defaults)
+        params = []
+        for i, a in enumerate(positional):
+            params.append(Param(a.arg, a.annotation is not None and is_tl_attr(a.annotation, al, "constexpr"),
+                                i >= len(positional) - n_default, a))
+        for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+            params.append(Param(a.arg, a.annotation is not None and is_tl_attr(a.annotation, al, "constexpr"),
+                                d is not None, a))
+        out.append(Kernel(node, jit, autotune, heur, params))
+    return out
+
+
+def launched_kernels(tree: ast.Module, ks: list[Kernel]) -> list[Kernel]:
+    """The kernels launched with ``kernel[grid](...)`` somewhere in the module (not pure helpers)."""
+    names = {launch.kernel for launch in launches(tree, ks)}
+    return [k for k in ks if k.name in names]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A ``kernel[grid](args)`` call."""
+
+    call: ast.Call
+    kernel: str
+    grid: ast.expr
+    func: ast.FunctionDef | None
+    stmt: ast.stmt | None
+
+
+def launches(tree: ast.Module, ks: list[Kernel]) -> list[Launch]:
+    """Every launch of one of ``ks``, with the enclosing function and statement."""
+    names = {k.name for k in ks}
+    out: list[Launch] = []
+    for top in tree.body:
+        func = top if isinstance(top, ast.FunctionDef) else None
+        if func is not None and func.name in names:
+            continue
+        for stmt in _walk_stmts([top]):
+            for node in ast.walk(stmt):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)
+                        and isinstance(node.func.value, ast.Name) and node.func.value.id in names):
+                    if any(node is launch.call for launch in out):
+                        continue
+                    out.append(Launch(node, node.func.value.id, node.func.slice, func, stmt))
+    return out
+
+
+def _walk_stmts(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Yield the simple statements under ``body`` in order, descending into compound statements."""
+    for stmt in body:
+        if isinstance(stmt, (ast.FunctionDef, ast.If, ast.For, ast.While, ast.With)):
+            for attr in ("body", "orelse"):
+                yield from _walk_stmts(getattr(stmt, attr, []))
+        else:
+            yield stmt
+
+
+def launch_args(launch: Launch, kernel: Kernel) -> dict[str, ast.expr]:
+    """Map kernel parameter names to the expressions a launch passes (positional and keyword)."""
+    out: dict[str, ast.expr] = {}
+    positional = [p for p in kernel.params]
+    for p, a in zip(positional, launch.call.args, strict=False):
+        if isinstance(a, ast.Starred):
+            break
+        out[p.name] = a
+    for kw in launch.call.keywords:
+        if kw.arg is not None:
+            out[kw.arg] = kw.value
+    return out
+
+
+def local_assignments(func: ast.FunctionDef | None, name: str) -> list[ast.Assign]:
+    """All ``name = ...`` statements (single Name target) in a function."""
+    if func is None:
+        return []
+    out = []
+    for node in ast.walk(func):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id == name:
+            out.append(node)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, ast.Name) \
+                and node.target.id == name:
+            out.append(node)  # type: ignore[arg-type]
+    return out
+
+
+def single_value(func: ast.FunctionDef | None, name: str) -> ast.expr | None:
+    """The value of a local assigned exactly once (plain ``=``), else None."""
+    assigns = local_assignments(func, name)
+    if len(assigns) == 1 and isinstance(assigns[0], ast.Assign):
+        return assigns[0].value
+    return None
+
+
+def autotune_configs(call: ast.Call | None, al: Aliases) -> list[ast.Call]:
+    """The ``triton.Config(...)`` calls of an autotune decorator's ``configs=[...]`` literal."""
+    if call is None:
+        return []
+    cfgs = kwarg(call, "configs")
+    if cfgs is None and call.args:
+        cfgs = call.args[0]
+    if not isinstance(cfgs, (ast.List, ast.Tuple)):
+        if cfgs is None:
+            return []
+        return [n for n in ast.walk(cfgs) if isinstance(n, ast.Call) and
+                (dotted(n.func) or "").rpartition(".")[2] == "Config"]
+    return [c for c in cfgs.elts if isinstance(c, ast.Call) and (dotted(c.func) or "").rpartition(".")[2] == "Config"]
+
+
+def config_dict(cfg: ast.Call) -> ast.Dict | None:
+    """The kwargs dict literal of a ``triton.Config``."""
+    d = cfg.args[0] if cfg.args else kwarg(cfg, "kwargs")
+    return d if isinstance(d, ast.Dict) else None
+
+
+@dataclass(frozen=True)
+class Site:
+    """A place where the value of a tunable (a constexpr or num_warps/num_stages) is written.
+
+    ``node`` is the value expression; ``where`` is "config", "launch", "local" or "range".
+    """
+
+    name: str
+    node: ast.expr
+    where: str
+    owner: ast.AST
+
+
+def value_sites(src: Src, kernel: Kernel, name: str, al: Aliases) -> list[Site]:
+    """Where the value of ``name`` (constexpr param, ``num_warps`` or ``num_stages``) is written.
+
+    Looks at autotune configs (dict entries / Config keywords), launches of the kernel (keyword or
+    positional), and, when a launch passes a local variable, that variable's single assignment.
+    """
+    out: list[Site] = []
+    meta = name in ("num_warps", "num_stages", "num_ctas", "maxnreg")
+    for cfg in autotune_configs(kernel.autotune, al):
+        if meta:
+            v = kwarg(cfg, name)
+            if v is not None:
+                out.append(Site(name, v, "config", cfg))
+        else:
+            d = config_dict(cfg)
+            if d is not None:
+                for k, v in zip(d.keys, d.values, strict=True):
+                    if str_const(k) == name:
+                        out.append(Site(name, v, "config", cfg))
+    kp = kernel.param(name)
+    for launch in launches(src.tree, [kernel]):
+        if meta:
+            v = kwarg(launch.call, name)
+        else:
+            v = launch_args(launch, kernel).get(name) if kp is not None else None
+        if v is None:
+            continue
+        if isinstance(v, ast.Name):
+            local = single_value(launch.func, v.id)
+            if local is not None:
+                out.append(Site(name, local, "local", launch.call))
+                continue
+        out.append(Site(name, v, "launch", launch.call))
+    return out
+
+
+def int_sites(src: Src, kernel: Kernel, name: str, al: Aliases) -> list[Site]:
+    """``value_sites`` restricted to int literals."""
+    return [s for s in value_sites(src, kernel, name, al) if int_const(s.node) is not None]
+
+
+def kernel_calls(kernel: Kernel, al: Aliases, func: str) -> list[ast.Call]:
+    """All ``tl.func(...)`` calls in a kernel body."""
+    return [n for n in ast.walk(kernel.node) if tl_func(n, al) == func]
+
+
+def arange_blocks(kernel: Kernel, al: Aliases) -> list[str]:
+    """Constexpr params used as the end of ``tl.arange(0, P)`` (tile sizes), in first-use order."""
+    out: list[str] = []
+    cex = set(kernel.constexprs)
+    for call in ast.walk(kernel.node):
+        if tl_func(call, al) == "arange" and len(call.args) == 2:  # type: ignore[arg-type]
+            end = call.args[1]  # type: ignore[attr-defined]
+            if isinstance(end, ast.Name) and end.id in cex and end.id not in out:
+                out.append(end.id)
+    return out
+
+
+def loops(node: ast.AST) -> list[ast.For | ast.While]:
+    """All loops inside a node."""
+    return [n for n in ast.walk(node) if isinstance(n, (ast.For, ast.While))]
+
+
+def range_call(loop: ast.AST, al: Aliases) -> ast.Call | None:
+    """The ``range(...)`` / ``tl.range(...)`` / ``tl.static_range(...)`` iterator of a for loop."""
+    if not isinstance(loop, ast.For) or not isinstance(loop.iter, ast.Call):
+        return None
+    name = dotted(loop.iter.func) or ""
+    if name == "range" or tl_func(loop.iter, al) in ("range", "static_range"):
+        return loop.iter
+    return None
+
+
+def loop_step_names(kernel: Kernel, al: Aliases) -> set[str]:
+    """Names used as the step of a ``range`` in the kernel (e.g. BLOCK_K in ``range(0, K, BLOCK_K)``),
+    plus constexprs appearing in ``tl.cdiv(K, BLOCK_K)`` loop bounds."""
+    out: set[str] = set()
+    for loop in loops(kernel.node):
+        rc = range_call(loop, al)
+        if rc is None:
+            continue
+        if len(rc.args) >= 3 and isinstance(rc.args[2], ast.Name):
+            out.add(rc.args[2].id)
+        for a in rc.args[:2]:
+            for n in ast.walk(a):
+                if isinstance(n, ast.Call) and tl_func(n, al) == "cdiv" and len(n.args) == 2 \
+                        and isinstance(n.args[1], ast.Name):
+                    out.add(n.args[1].id)
+    return out
+
+
+def body_insert_point(src: Src, func: ast.FunctionDef) -> tuple[int, str]:
+    """Character offset of the start of a function's first body statement line and its indent
+    (after a docstring when present)."""
+    body = func.body
+    first = body[0]
+    if isinstance(first, ast.Expr) and str_const(first.value) is not None and len(body) > 1:
+        first = body[1]
+    return src.line_span(first.lineno, first.lineno)[0], src.indent_of(first.lineno)
+
+
+def program_id_axis(call: ast.AST, al: Aliases) -> int | None:
+    """Axis of a ``tl.program_id(axis)`` call (default 0), else None."""
+    if tl_func(call, al) != "program_id":
+        return None
+    assert isinstance(call, ast.Call)
+    node = call.args[0] if call.args else kwarg(call, "axis")
+    return 0 if node is None else int_const(node)
+
+
+def unique_name(tree: ast.AST, base: str) -> str:
+    """``base`` or ``base_2``, ... so that it clashes with no name or argument in the tree."""
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    used |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+    used |= {f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
+    if base not in used:
+        return base
+    i = 2
+    while f"{base}_{i}" in used:
+        i += 1
+    return f"{base}_{i}"
