@@ -26,7 +26,8 @@ def _graphml_value(value: Any) -> str:
 
 
 def to_graphml(batch: GraphBatch) -> str:
-    """GraphML (readable by networkx, Gephi, yEd): properties become string attributes; maps and lists as JSON."""
+    """GraphML (readable by networkx, Gephi, yEd): properties become string attributes; maps and lists
+    as JSON."""
     import networkx as nx
 
     graph = nx.MultiDiGraph()

@@ -58,7 +58,8 @@ class GraphStore(Protocol):
 
     def find(self, label: str, where: Mapping[str, Any] | None = None, limit: int | None = None,
              after: str | None = None) -> list[Node]:
-        """Nodes of ``label`` whose properties equal ``where``, ordered by id, ids > ``after``, at most ``limit``."""
+        """Nodes of ``label`` whose properties equal ``where``, ordered by id, ids > ``after``, at most
+        ``limit``."""
         ...
 
     def neighbors(self, node_ids: Sequence[str], rel_type: str, direction: str = "out"
