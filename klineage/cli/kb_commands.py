@@ -1,0 +1,265 @@
+"""Knowledge-base commands: demo, serve, ingest, search, export."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from klineage.schema.errors import FormatError
+from klineage.schema.lineage_document import SAMPLE_LABEL, LineageDocument, load_lineage_document
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LINEAGE_DIRS = (Path("lineages"), REPO_ROOT / "lineages")
+FIXTURE_DIR = REPO_ROOT / "tests" / "fixtures" / "lineages"
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+def _kb() -> Any:
+    from klineage.kb.service import KnowledgeBase
+    from klineage.kb.settings import open_store
+
+    return KnowledgeBase(open_store())
+
+
+def find_lineage_documents() -> tuple[list[Path], bool]:
+    """Real lineage documents (``lineages/*.json``), or the test fixtures when there are none.
+
+    Returns the paths and whether they are fixtures (sample data, not measured).
+    """
+    for folder in LINEAGE_DIRS:
+        found = sorted(folder.glob("*.json")) if folder.is_dir() else []
+        if found:
+            return found, False
+    return sorted(FIXTURE_DIR.glob("*.json")), True
+
+
+def _load_all(paths: list[Path]) -> list[LineageDocument]:
+    docs = []
+    for path in paths:
+        try:
+            docs.append(load_lineage_document(path))
+        except FormatError as exc:
+            raise _fail(str(exc)) from exc
+    return docs
+
+
+def _ingest(kb: Any, docs: list[LineageDocument]) -> list[Any]:
+    reports = []
+    with Progress(console=err, transient=True) as progress:
+        task = progress.add_task("ingesting lineages", total=len(docs))
+        for doc in docs:
+            reports.append(kb.ingest(doc))
+            progress.advance(task)
+    return reports
+
+
+def _tag(sample: bool) -> str:
+    return f" [yellow]({SAMPLE_LABEL})[/]" if sample else ""
+
+
+def _fmt(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}×"
+
+
+def _context_pairs(pairs: list[str]) -> dict[str, Any]:
+    context: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise _fail(f"--context {pair!r}: expected NAME=VALUE, e.g. --context M=4096")
+        text = value.strip()
+        parsed: Any
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError:
+            parsed = text
+        context[key.strip()] = parsed
+    return context
+
+
+def _context_from_workload(directory: Path) -> dict[str, Any]:
+    from klineage.schema.manifest import load_manifest
+
+    try:
+        manifest = load_manifest(directory)
+    except FormatError as exc:
+        raise _fail(str(exc)) from exc
+    return {**manifest.shapes[0], "dtype": manifest.dtypes[0]}
+
+
+def hit_to_json(hit: Any) -> dict[str, Any]:
+    """A search hit as plain JSON with the same fields as GraphQL's ``SkillHit``."""
+    s = hit.skill
+    return {
+        "skill": {"id": s.id, "name": s.name, "operator": s.operator, "intent": s.intent,
+                  "anchor": {"predicate": s.anchor.predicate, "description": s.anchor.description},
+                  "carrier": s.carrier, "transform": dict(s.transform), "effect": s.effect.to_dict(),
+                  "support": s.support_steps, "supportLineages": s.support_lineages,
+                  "architectures": list(s.architectures), "sample": s.sample},
+        "score": hit.score,
+        "applicable": hit.applicable,
+        "explanation": {
+            "passed": list(hit.passed), "failed": list(hit.failed), "unknown": list(hit.unknown),
+            "evidence": [{"lineageId": e.lineage_id, "stepId": e.step_id, "workload": e.workload, "gpu": e.gpu,
+                          "speedups": [dict(x) for x in e.speedups], "sample": e.sample} for e in hit.evidence],
+        },
+    }
+
+
+def print_hits(hits: list[Any]) -> None:
+    """Print search hits as a table followed by each hit's explanation."""
+    table = Table(title="searchSkills")
+    for col in ("#", "skill", "operator", "applicable", "score", "median effect"):
+        table.add_column(col)
+    for i, hit in enumerate(hits, 1):
+        table.add_row(str(i), hit.skill.name + _tag(hit.skill.sample), hit.skill.operator, hit.applicable,
+                      f"{hit.score:.3f}", _fmt(hit.skill.effect.median))
+    out.print(table)
+    for i, hit in enumerate(hits, 1):
+        out.print(f"[bold]{i}. {hit.skill.name}[/] ({hit.applicable}){_tag(hit.skill.sample)}")
+        for label, items, colour in (("passed", hit.passed, "green"), ("failed", hit.failed, "red"),
+                                     ("unknown", hit.unknown, "yellow")):
+            for item in items:
+                out.print(f"   [{colour}]{label}[/]: {item}{_tag(hit.skill.sample)}")
+        for ev in hit.evidence[:3]:
+            speeds = ", ".join(f"{x['speedup']:.2f}×" for x in ev.speedups[:4])
+            out.print(f"   evidence: {ev.workload} on {ev.gpu}, speedups {speeds}{_tag(ev.sample)}")
+
+
+def demo() -> None:
+    """Build the knowledge base from every lineage document found, print the skills, answer one search."""
+    paths, fixtures = find_lineage_documents()
+    if not paths:
+        raise _fail("no lineage documents found in lineages/ or tests/fixtures/lineages/")
+    kb = _kb()
+    docs = _load_all(paths)
+    reports = _ingest(kb, docs)
+    source = f"{len(docs)} test fixture(s)" if fixtures else f"{len(docs)} measured lineage(s)"
+    out.print(f"Knowledge base built from {source} into {kb.store!r}{_tag(fixtures)}")
+    for doc, report in zip(docs, reports, strict=True):
+        out.print(f"  {doc.workload}: lineage {report.lineage_id}, {len(report.skill_ids)} skill(s){_tag(doc.sample)}")
+    table = Table(title="Skills" + (f" — {SAMPLE_LABEL}" if fixtures else ""))
+    for col in ("operator", "name", "median effect", "range", "n", "support", "sample"):
+        table.add_column(col)
+    page = kb.skills(first=100)
+    for s in page.items:
+        rng = "—" if s.effect.min is None else f"{s.effect.min:.2f}–{s.effect.max:.2f}×"
+        table.add_row(s.operator, s.name, _fmt(s.effect.median), rng, str(s.effect.n),
+                      f"{s.support_steps} steps / {s.support_lineages} lineages",
+                      SAMPLE_LABEL if s.sample else "measured")
+    out.print(table)
+    query, context = "make a matrix multiply faster on large square shapes", {"M": 4096, "N": 4096, "K": 4096,
+                                                                               "dtype": "bf16", "arch": 90}
+    out.print(f"\nExample search: text={query!r} context={context}{_tag(fixtures)}")
+    print_hits(kb.search(text=query, context=context, limit=5))
+
+
+def serve(host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+          port: Annotated[int, typer.Option(help="Port; GraphiQL is at /graphql.")] = 8000) -> None:
+    """Serve the GraphQL API (GraphiQL at /graphql, health at /healthz) over the configured store."""
+    import uvicorn
+
+    from klineage.graphql.app import create_app
+
+    uvicorn.run(create_app(_kb()), host=host, port=port, log_level="info")
+
+
+def ingest(paths: Annotated[list[Path], typer.Argument(help="Lineage document files (JSON) or folders of them.")]
+           ) -> None:
+    """Add lineage documents to the knowledge base (idempotent: ingesting twice changes nothing)."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(sorted(path.glob("*.json")))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise _fail(f"{path}: no such file or folder (expected a lineage document .json or a folder of them)")
+    if not files:
+        raise _fail("no lineage documents (*.json) in the given folders")
+    docs = _load_all(files)
+    kb = _kb()
+    for doc, report in zip(docs, _ingest(kb, docs), strict=True):
+        out.print(f"{doc.source}: lineage {report.lineage_id}, {len(report.skill_ids)} skill(s), "
+                  f"{report.nodes} nodes, {report.relationships} relationships{_tag(doc.sample)}")
+
+
+def search(
+    text: Annotated[str | None, typer.Argument(help="What you want to do, in words.")] = None,
+    context: Annotated[list[str] | None, typer.Option("--context", "-c",
+                       help="Problem feature NAME=VALUE (repeatable), e.g. -c M=4096 -c dtype=bf16.")] = None,
+    kernel: Annotated[Path | None, typer.Option(help="A Triton kernel file: its static features "
+                                                "decide which anchors are present.")] = None,
+    workload: Annotated[Path | None, typer.Option(help="A workload folder: the context is filled from its "
+                                                  "first shape and dtype.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=100)] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only a JSON list of hits.")] = False,
+) -> None:
+    """Find skills for a text, a problem context and/or a kernel, each hit explained."""
+    ctx = _context_from_workload(workload) if workload else {}
+    ctx.update(_context_pairs(context or []))
+    features = summary = None
+    if kernel is not None:
+        if not kernel.is_file():
+            raise _fail(f"--kernel {kernel}: no such file")
+        try:
+            source = kernel.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise _fail(f"--kernel {kernel}: expected UTF-8 Python source") from exc
+        from klineage.transforms.features import kernel_features, kernel_summary
+
+        try:
+            features, summary = kernel_features(source), kernel_summary(source)
+        except SyntaxError as exc:
+            raise _fail(f"--kernel {kernel}: line {exc.lineno}: {exc.msg}") from exc
+    try:
+        hits = _kb().search(text=text, context=ctx or None, kernel_features=features, kernel_summary=summary,
+                            limit=limit)
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
+    if as_json:
+        sys.stdout.write(json.dumps([hit_to_json(h) for h in hits], indent=2) + "\n")
+    else:
+        print_hits(hits)
+
+
+def export(fmt: Annotated[str, typer.Option("--format", help="json or graphml")] = "json",
+           output: Annotated[Path | None, typer.Option("--output", "-o", help="File (default: stdout).")] = None
+           ) -> None:
+    """Export the whole knowledge base as JSON (nodes and relationships) or GraphML."""
+    from klineage.kb.export import to_graphml, to_json
+
+    if fmt not in ("json", "graphml"):
+        raise _fail(f"--format {fmt!r}: expected json or graphml")
+    batch = _kb().store.export()
+    text = to_json(batch) if fmt == "json" else to_graphml(batch)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text, encoding="utf-8")
+        err.print(f"wrote {len(batch.nodes)} nodes and {len(batch.relationships)} relationships to {output}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the knowledge-base commands to ``app``."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    app.command()(demo)
+    app.command()(serve)
+    app.command()(ingest)
+    app.command()(search)
+    app.command()(export)

@@ -1,0 +1,41 @@
+"""The ASGI app: GraphQL (with GraphiQL) at /graphql and a health check at /healthz."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from strawberry.fastapi import GraphQLRouter
+
+from klineage.graphql.context import Loaders, RequestContext
+from klineage.graphql.schema import schema
+from klineage.kb.service import KnowledgeBase
+
+MAX_BODY_BYTES = 2 * 1024 * 1024
+
+
+def create_app(kb: KnowledgeBase) -> FastAPI:
+    """An app serving ``kb``; each request gets fresh DataLoaders."""
+
+    async def context_getter(request: Request) -> RequestContext:
+        return RequestContext(kb=kb, loaders=Loaders.for_kb(kb),
+                              authorization=request.headers.get("authorization"))
+
+    app = FastAPI(title="KLineage", description="Verified GPU-kernel optimization skills over GraphQL.")
+
+    @app.middleware("http")
+    async def limit_body(request: Request, call_next: Any) -> Any:
+        from fastapi.responses import JSONResponse
+
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > MAX_BODY_BYTES:
+            return JSONResponse({"errors": [{"message": f"request body over {MAX_BODY_BYTES} bytes"}]},
+                                status_code=413)
+        return await call_next(request)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        return {"status": "ok", "counts": kb.store.counts()}
+
+    app.include_router(GraphQLRouter(schema, context_getter=context_getter), prefix="/graphql")
+    return app

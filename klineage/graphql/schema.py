@@ -1,0 +1,193 @@
+"""The GraphQL schema: queries over skills, lineages and kernels, and two guarded mutations.
+
+Resolvers stay thin: each calls one ``KnowledgeBase`` service function (the same ones the CLI and
+an MCP server call) and converts records to GraphQL types.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import os
+from typing import Any
+
+import strawberry
+from graphql import GraphQLError
+from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
+from strawberry.permission import BasePermission
+from strawberry.scalars import JSON
+
+from klineage.graphql.context import RequestContext
+from klineage.graphql.types import (
+    Applicability,
+    Application,
+    Evidence,
+    Explanation,
+    Kernel,
+    Lineage,
+    Skill,
+    SkillHit,
+    SkillPage,
+    Step,
+    Workload,
+)
+from klineage.kb.store import LineageView
+from klineage.schema.errors import FormatError
+from klineage.schema.lineage_document import parse_lineage_document
+
+MAX_DEPTH = 8
+MAX_TOKENS = 2000
+MAX_ALIASES = 15
+MAX_LIMIT = 100
+TOKEN_ENV = "KLINEAGE_API_TOKEN"
+
+Info = strawberry.Info[RequestContext, None]
+
+
+class HasApiToken(BasePermission):
+    """Mutations need ``Authorization: Bearer $KLINEAGE_API_TOKEN``; with no token configured, none pass."""
+
+    message = f"mutations need the header 'Authorization: Bearer <token>' matching ${TOKEN_ENV}"
+
+    def has_permission(self, source: Any, info: Info, **kwargs: Any) -> bool:
+        expected = os.environ.get(TOKEN_ENV, "")
+        header = info.context.authorization or ""
+        if not expected or not header.startswith("Bearer "):
+            return False
+        return hmac.compare_digest(header.removeprefix("Bearer ").strip(), expected)
+
+
+def _kernel_facts(source: str) -> tuple[dict[str, Any], str]:
+    from klineage.transforms.features import kernel_features, kernel_summary
+
+    try:
+        return kernel_features(source), kernel_summary(source)
+    except SyntaxError as exc:
+        raise GraphQLError(f"kernelSource: expected Python source that parses ({exc.msg}, line {exc.lineno})") \
+            from exc
+
+
+def hit_to_graphql(hit: Any) -> SkillHit:
+    """Convert a ``kb`` search hit to the GraphQL ``SkillHit``."""
+    return SkillHit(
+        skill=Skill.of(hit.skill), score=float(hit.score), applicable=Applicability(hit.applicable),
+        explanation=Explanation(passed=list(hit.passed), failed=list(hit.failed), unknown=list(hit.unknown),
+                                evidence=[Evidence.of(e) for e in hit.evidence]),
+    )
+
+
+def lineage_to_graphql(view: LineageView, kernels: list[Kernel]) -> Lineage:
+    """Convert a store ``LineageView`` (and its kernel versions) to the GraphQL ``Lineage``."""
+    p = dict(view.lineage.props)
+    return Lineage(
+        id=strawberry.ID(view.lineage.id), workload=p.get("workload", ""), gpu=p.get("gpu", ""),
+        arch=p.get("arch", ""), versions=p.get("versions") or {}, created=p.get("created", ""),
+        policy=p.get("policy", ""), sample=bool(p.get("sample", False)), start_sha=p.get("start_sha", ""),
+        steps=[Step.of(s) for s in view.steps], _kernels=kernels,
+    )
+
+
+@strawberry.type
+class Query:
+    @strawberry.field(description="Skills ranked for a text, a problem context and/or a kernel's source; "
+                      "each hit explains its conditions and evidence.")
+    async def search_skills(self, info: Info, text: str | None = None, context: JSON | None = None,
+                            kernel_source: str | None = None, limit: int = 10) -> list[SkillHit]:
+        if not 1 <= limit <= MAX_LIMIT:
+            raise GraphQLError(f"limit: expected 1..{MAX_LIMIT}, got {limit}")
+        if context is not None and not isinstance(context, dict):
+            raise GraphQLError("context: expected a JSON object of feature name to value")
+        features, summary = _kernel_facts(kernel_source) if kernel_source else (None, None)
+        kb = info.context.kb
+        try:
+            hits = await asyncio.to_thread(kb.search, text=text, context=context, kernel_features=features,
+                                           kernel_summary=summary, limit=limit)
+        except ValueError as exc:
+            raise GraphQLError(str(exc)) from exc
+        return [hit_to_graphql(h) for h in hits]
+
+    @strawberry.field(description="One skill by id.")
+    def skill(self, info: Info, id: strawberry.ID) -> Skill | None:
+        found = info.context.kb.skill(str(id))
+        return Skill.of(found) if found else None
+
+    @strawberry.field(description="Skills ordered by id, a page at a time; filter by operator id.")
+    def skills(self, info: Info, first: int = 20, after: str | None = None,
+               operator: str | None = None) -> SkillPage:
+        if not 1 <= first <= MAX_LIMIT:
+            raise GraphQLError(f"first: expected 1..{MAX_LIMIT}, got {first}")
+        page = info.context.kb.skills(first=first, after=after, operator=operator)
+        return SkillPage(items=[Skill.of(s) for s in page.items], end_cursor=page.end_cursor,
+                         has_next_page=page.has_next)
+
+    @strawberry.field(description="Every workload that has a lineage.")
+    def workloads(self, info: Info) -> list[Workload]:
+        return [Workload(id=strawberry.ID(n.id), name=n.props.get("name", ""), family=n.props.get("family", ""),
+                         description=n.props.get("description", ""))
+                for n in info.context.kb.workloads()]
+
+    @strawberry.field(description="One lineage with its steps in order and its kernel versions.")
+    def lineage(self, info: Info, id: strawberry.ID) -> Lineage | None:
+        kb = info.context.kb
+        view = kb.lineage(str(id))
+        if view is None:
+            return None
+        return lineage_to_graphql(view, [Kernel.of(k) for k in kb.lineage_kernels(view)])
+
+    @strawberry.field(description="Lineages, optionally of one workload (by name).")
+    def lineages(self, info: Info, workload: str | None = None) -> list[Lineage]:
+        kb = info.context.kb
+        return [lineage_to_graphql(v, [Kernel.of(k) for k in kb.lineage_kernels(v)])
+                for v in kb.lineages(workload)]
+
+    @strawberry.field(description="One kernel version by its SHA-256.")
+    def kernel(self, info: Info, sha: str) -> Kernel | None:
+        found = info.context.kb.kernel(sha)
+        return Kernel.of(found) if found else None
+
+
+@strawberry.type(description="What an ingest wrote.")
+class IngestResult:
+    lineage_id: strawberry.ID
+    skills: list[strawberry.ID]
+    nodes: int
+    relationships: int
+
+
+@strawberry.type
+class Mutation:
+    @strawberry.mutation(permission_classes=[HasApiToken],
+                         description="Add a lineage document to the knowledge base (idempotent).")
+    def ingest_lineage(self, info: Info, document: JSON) -> IngestResult:
+        try:
+            doc = parse_lineage_document(document, "document")
+            report = info.context.kb.ingest(doc)
+        except (FormatError, ValueError) as exc:
+            raise GraphQLError(str(exc)) from exc
+        return IngestResult(lineage_id=strawberry.ID(report.lineage_id),
+                            skills=[strawberry.ID(s) for s in report.skill_ids],
+                            nodes=report.nodes, relationships=report.relationships)
+
+    @strawberry.mutation(permission_classes=[HasApiToken],
+                         description="Record an agent's use of a skill on new code, with its outcome.")
+    def record_application(self, info: Info, skill_id: strawberry.ID, kernel_source: str, outcome: str,
+                           speedup: float | None = None) -> Application:
+        try:
+            app = info.context.kb.record_application(str(skill_id), kernel_source, outcome, speedup)
+        except (KeyError, ValueError) as exc:
+            raise GraphQLError(str(exc).strip("'\"")) from exc
+        return Application(id=strawberry.ID(app.id), skill_id=strawberry.ID(app.skill_id),
+                           kernel_sha=app.kernel_sha, outcome=app.outcome, speedup=app.speedup,
+                           recorded_at=app.recorded_at)
+
+
+def build_schema() -> strawberry.Schema:
+    """The schema with depth, token and alias limits installed."""
+    return strawberry.Schema(
+        query=Query, mutation=Mutation,
+        extensions=[QueryDepthLimiter(max_depth=MAX_DEPTH), MaxTokensLimiter(max_token_count=MAX_TOKENS),
+                    MaxAliasesLimiter(max_alias_count=MAX_ALIASES)],
+    )
+
+
+schema = build_schema()

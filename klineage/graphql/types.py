@@ -1,0 +1,265 @@
+"""GraphQL object types: thin views over the schema records the knowledge base returns."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+import strawberry
+from strawberry.scalars import JSON
+
+from klineage.schema import records
+from klineage.schema.graph import Node
+
+if TYPE_CHECKING:
+    from klineage.graphql.context import RequestContext
+
+
+@strawberry.type(description="Distribution of measured speedups (optimized over simplified) across shapes.")
+class Effect:
+    min: float | None
+    median: float | None
+    max: float | None
+    n: int
+
+    @staticmethod
+    def of(effect: records.Effect) -> Effect:
+        return Effect(min=effect.min, median=effect.median, max=effect.max, n=effect.n)
+
+
+@strawberry.type(description="Where a skill applies: a feature predicate and its human description.")
+class Anchor:
+    predicate: str
+    description: str
+
+
+@strawberry.type(description="A VALID_WHEN or PROFITABLE_WHEN condition in the condition language.")
+class Condition:
+    id: strawberry.ID
+    expr: str
+    kind: str
+    source: str
+    description: str
+    accuracy: float | None
+    support: int
+
+    @staticmethod
+    def of(c: records.Condition) -> Condition:
+        return Condition(id=strawberry.ID(c.id), expr=c.expr, kind=c.kind, source=c.source,
+                         description=c.description, accuracy=c.accuracy, support=c.support)
+
+
+@strawberry.type(description="What breaks when the skill's assumptions fail.")
+class Risk:
+    id: strawberry.ID
+    kind: str
+    description: str
+    evidence: str
+
+    @staticmethod
+    def of(r: records.Risk) -> Risk:
+        return Risk(id=strawberry.ID(r.id), kind=r.kind, description=r.description, evidence=r.evidence)
+
+
+@strawberry.type(description="One measured lineage step behind a skill, with per-shape speedups.")
+class Evidence:
+    lineage_id: strawberry.ID
+    step_id: strawberry.ID
+    workload: str
+    gpu: str
+    speedups: JSON
+    sample: bool = strawberry.field(description="True for test fixtures: sample data, not measured.")
+
+    @staticmethod
+    def of(e: records.Evidence) -> Evidence:
+        return Evidence(lineage_id=strawberry.ID(e.lineage_id), step_id=strawberry.ID(e.step_id),
+                        workload=e.workload, gpu=e.gpu, speedups=[dict(s) for s in e.speedups],
+                        sample=e.sample)
+
+
+@strawberry.type(description="A verified optimization: what to change, where, when it pays, what it did.")
+class Skill:
+    id: strawberry.ID
+    name: str
+    intent: str
+    operator: str
+    anchor: Anchor
+    carrier: str
+    transform: JSON
+    effect: Effect
+    support: int = strawberry.field(description="Number of accepted lineage steps behind this skill.")
+    support_lineages: int
+    architectures: list[str]
+    sample: bool = strawberry.field(description="True when every piece of evidence is a test fixture.")
+
+    @staticmethod
+    def of(s: records.Skill) -> Skill:
+        return Skill(id=strawberry.ID(s.id), name=s.name, intent=s.intent, operator=s.operator,
+                     anchor=Anchor(predicate=s.anchor.predicate, description=s.anchor.description),
+                     carrier=s.carrier, transform=dict(s.transform), effect=Effect.of(s.effect),
+                     support=s.support_steps, support_lineages=s.support_lineages,
+                     architectures=list(s.architectures), sample=s.sample)
+
+    @strawberry.field(description="Conditions under which the optimization is correct.")
+    async def valid_when(self, info: strawberry.Info[RequestContext, None]) -> list[Condition]:
+        return [Condition.of(c) for c in await info.context.loaders.valid_when.load(str(self.id))]
+
+    @strawberry.field(description="Conditions under which the optimization paid on the measured shapes.")
+    async def profitable_when(self, info: strawberry.Info[RequestContext, None]) -> list[Condition]:
+        return [Condition.of(c) for c in await info.context.loaders.profitable_when.load(str(self.id))]
+
+    @strawberry.field
+    async def risks(self, info: strawberry.Info[RequestContext, None]) -> list[Risk]:
+        return [Risk.of(r) for r in await info.context.loaders.risks.load(str(self.id))]
+
+    @strawberry.field
+    async def evidence(self, info: strawberry.Info[RequestContext, None]) -> list[Evidence]:
+        return [Evidence.of(e) for e in await info.context.loaders.evidence.load(str(self.id))]
+
+    @strawberry.field(description="Skills that could only be taken after this one.")
+    async def enables(self, info: strawberry.Info[RequestContext, None]) -> list[Skill]:
+        return [Skill.of(s) for s in await info.context.loaders.enables.load(str(self.id))]
+
+
+@strawberry.enum(description="Whether a skill's anchor and VALID_WHEN conditions hold for the caller's code.")
+class Applicability(Enum):
+    APPLICABLE = "APPLICABLE"
+    NOT_APPLICABLE = "NOT_APPLICABLE"
+    UNKNOWN = "UNKNOWN"
+
+
+@strawberry.type(description="Why a hit ranks where it does: conditions by outcome, and the evidence.")
+class Explanation:
+    passed: list[str]
+    failed: list[str]
+    unknown: list[str]
+    evidence: list[Evidence]
+
+
+@strawberry.type(description="One search result.")
+class SkillHit:
+    skill: Skill
+    score: float
+    applicable: Applicability
+    explanation: Explanation
+
+
+@strawberry.type(description="A page of skills; pass endCursor as `after` for the next page.")
+class SkillPage:
+    items: list[Skill]
+    end_cursor: str | None
+    has_next_page: bool
+
+
+def _props(node: Node) -> dict[str, Any]:
+    return dict(node.props)
+
+
+@strawberry.type(description="One gate-runner verdict on one kernel.")
+class GateRun:
+    id: strawberry.ID
+    verdict: str
+    gpu: str
+    versions: JSON
+    date: str
+    gates: JSON
+
+    @staticmethod
+    def of(node: Node) -> GateRun:
+        p = _props(node)
+        return GateRun(id=strawberry.ID(node.id), verdict=p.get("verdict", ""), gpu=p.get("gpu", ""),
+                       versions=p.get("versions") or {}, date=p.get("date", ""), gates=p.get("gates") or [])
+
+
+@strawberry.type(description="A content-hashed kernel version with its static features.")
+class Kernel:
+    id: strawberry.ID
+    sha: str
+    source: str
+    features: JSON
+    summary: str
+
+    @staticmethod
+    def of(node: Node) -> Kernel:
+        p = _props(node)
+        return Kernel(id=strawberry.ID(node.id), sha=p["sha"], source=p.get("source", ""),
+                      features=p.get("features") or {}, summary=p.get("summary", ""))
+
+    @strawberry.field(description="Validator runs that admitted or rejected this kernel.")
+    async def gate_runs(self, info: strawberry.Info[RequestContext, None]) -> list[GateRun]:
+        return [GateRun.of(n) for n in await info.context.loaders.gate_runs.load(str(self.id))]
+
+
+@strawberry.type(description="One simplification attempt in a backward walk.")
+class Step:
+    id: strawberry.ID
+    index: int
+    operator: str
+    params: JSON
+    diff: str
+    accepted: bool
+    gate: str | None = strawberry.field(description="The gate that rejected the step, if rejected.")
+    reason: str
+    timings: JSON
+    sample: bool
+
+    @staticmethod
+    def of(node: Node) -> Step:
+        p = _props(node)
+        return Step(id=strawberry.ID(node.id), index=int(p["index"]), operator=p["operator"],
+                    params=p.get("params") or {}, diff=p.get("diff", ""), accepted=bool(p["accepted"]),
+                    gate=p.get("gate"), reason=p.get("reason", ""), timings=p.get("timings") or [],
+                    sample=bool(p.get("sample", False)))
+
+    @strawberry.field(name="from", description="The more optimized kernel the step started from.")
+    async def from_kernel(self, info: strawberry.Info[RequestContext, None]) -> Kernel | None:
+        found = await info.context.loaders.step_from.load(str(self.id))
+        return Kernel.of(found[0]) if found else None
+
+    @strawberry.field(name="to", description="The simplified kernel (absent when none was produced).")
+    async def to_kernel(self, info: strawberry.Info[RequestContext, None]) -> Kernel | None:
+        found = await info.context.loaders.step_to.load(str(self.id))
+        return Kernel.of(found[0]) if found else None
+
+    @strawberry.field(description="The skill this step reverses into (accepted steps only).")
+    async def skill(self, info: strawberry.Info[RequestContext, None]) -> Skill | None:
+        found = await info.context.loaders.step_skill.load(str(self.id))
+        return Skill.of(records.Skill.from_node(found[0])) if found else None
+
+
+@strawberry.type(description="One backward walk of one expert kernel on one GPU.")
+class Lineage:
+    id: strawberry.ID
+    workload: str
+    gpu: str
+    arch: str
+    versions: JSON
+    created: str
+    policy: str
+    sample: bool = strawberry.field(description="True for test fixtures: sample data, not measured.")
+    start_sha: str
+    steps: list[Step]
+
+    @strawberry.field(description="Every kernel version of the walk, from the expert to the naive end.")
+    def kernels(self) -> list[Kernel]:
+        return list(self._kernels)
+
+    _kernels: strawberry.Private[list[Kernel]]
+
+
+@strawberry.type(description="A workload: an operation with its reference, shape grid and lineages.")
+class Workload:
+    id: strawberry.ID
+    name: str
+    family: str
+    description: str
+
+
+@strawberry.type(description="An agent's use of a skill on new code, with its outcome.")
+class Application:
+    id: strawberry.ID
+    skill_id: strawberry.ID
+    kernel_sha: str
+    outcome: str
+    speedup: float | None
+    recorded_at: str
