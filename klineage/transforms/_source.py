@@ -99,16 +99,6 @@ def replace_node(src: Src, node: ast.AST, text: str) -> Edit:
     return Edit(start, end, text)
 
 
-def remove_element(src: Src, elements: Sequence[ast.AST], index: int, container_end: int | None = None) -> Edit:
-    """Edit that removes ``elements[index]`` from a comma-separated sequence (call args, list, dict).
-
-    ``elements`` are the nodes in source order (for a dict, pass the (key, value) pairs flattened as
-    key nodes with ``dict_values`` handled by the caller through ``span_pairs``).
-    """
-    spans = [src.span(e) for e in elements]
-    return remove_span_element(src, spans, index)
-
-
 def remove_span_element(src: Src, spans: Sequence[tuple[int, int]], index: int) -> Edit:
     """Remove the ``index``-th of comma-separated items given by character spans (in source order)."""
     start, end = spans[index]
@@ -142,16 +132,14 @@ def remove_keyword(src: Src, call: ast.Call, name: str) -> Edit | None:
     return None
 
 
-def add_keyword(src: Src, call: ast.Call, text: str) -> Edit:
-    """Edit appending ``text`` (e.g. ``"num_warps=8"``) as the last argument of a call."""
-    items = call_items(src, call)
-    if not items:
-        end = src.span(call)[1] - 1  # before ')'
-        return Edit(end, end, text)
-    last_start, last_end = items[-1][1]
-    call_end = src.span(call)[1]
-    between = src.text[last_end:call_end - 1]
-    if "\n" in between:  # a multi-line call stays multi-line
+def append_item(src: Src, item_spans: Sequence[tuple[int, int]], close: int, text: str) -> Edit:
+    """Edit appending ``text`` to a comma-separated sequence whose closing bracket is at ``close``;
+    a multi-line sequence stays multi-line (one item per line, same indent, trailing comma kept)."""
+    if not item_spans:
+        return Edit(close, close, text)
+    last_start, last_end = item_spans[-1]
+    between = src.text[last_end:close]
+    if "\n" in between:
         line_start = src.text.rfind("\n", 0, last_start) + 1
         indent = src.text[line_start:last_start]
         indent = indent if indent.strip() == "" else ""
@@ -159,7 +147,55 @@ def add_keyword(src: Src, call: ast.Call, text: str) -> Edit:
             after_comma = last_end + between.index(",") + 1
             return Edit(after_comma, after_comma, f"\n{indent}{text},")
         return Edit(last_end, last_end, f",\n{indent}{text}")
+    if between.strip().startswith(","):
+        after_comma = last_end + between.index(",") + 1
+        return Edit(after_comma, after_comma, f" {text},")
     return Edit(last_end, last_end, f", {text}")
+
+
+def closing_bracket(src: Src, after: int, bracket: str = ")") -> int:
+    """Offset of the first ``bracket`` at or after ``after`` that is not inside a comment."""
+    i = after
+    text = src.text
+    while i < len(text):
+        ch = text[i]
+        if ch == "#":
+            i = text.find("\n", i)
+            if i < 0:
+                break
+        elif ch == bracket:
+            return i
+        i += 1
+    raise ValueError("no closing bracket")
+
+
+def add_keyword(src: Src, call: ast.Call, text: str) -> Edit:
+    """Edit appending ``text`` (e.g. ``"num_warps=8"``) as the last argument of a call."""
+    items = call_items(src, call)
+    close = src.span(call)[1] - 1
+    return append_item(src, [sp for _, sp in items], close, text)
+
+
+def param_spans(src: Src, func: ast.FunctionDef) -> list[tuple[int, int]]:
+    """Character spans of a function's positional parameters, annotation and default included."""
+    args = [*func.args.posonlyargs, *func.args.args]
+    defaults = [None] * (len(args) - len(func.args.defaults)) + list(func.args.defaults)
+    spans = []
+    for a, d in zip(args, defaults, strict=True):
+        start, end = src.span(a)
+        if d is not None:
+            end = src.span(d)[1]
+        spans.append((start, end))
+    return spans
+
+
+def add_param(src: Src, func: ast.FunctionDef, text: str) -> Edit:
+    """Edit appending a parameter (e.g. ``"GROUP_SIZE_M: tl.constexpr = 8"``) to a function signature."""
+    spans = param_spans(src, func)
+    after = spans[-1][1] if spans else src.offset(func.lineno, func.col_offset)
+    if not spans:
+        after = src.text.index("(", after) + 1
+    return append_item(src, spans, closing_bracket(src, after), text)
 
 
 def dict_items(src: Src, d: ast.Dict) -> list[tuple[ast.expr | None, tuple[int, int]]]:
@@ -201,3 +237,28 @@ def reindent(text: str, old: str, new: str) -> str:
         else:
             out.append(new + line.lstrip())
     return "".join(out)
+
+
+def remove_items(src: Src, spans: Sequence[tuple[int, int]], drop: set[int]) -> list[Edit]:
+    """Edits removing several items (by index) of one comma-separated sequence without overlaps."""
+    n = len(spans)
+    kept = [i for i in range(n) if i not in drop]
+    edits: list[Edit] = []
+    last_kept = max(kept) if kept else -1
+    for i in sorted(drop):
+        if i < last_kept:
+            edits.append(Edit(spans[i][0], spans[i + 1][0], ""))
+    tail = [i for i in sorted(drop) if i > last_kept]
+    if tail:
+        if last_kept >= 0:
+            edits.append(Edit(spans[last_kept][1], spans[tail[-1]][1], ""))
+        else:
+            edits.append(remove_span_element(src, [(spans[0][0], spans[-1][1])], 0))
+    return edits
+
+
+def remove_keywords(src: Src, call: ast.Call, names: set[str]) -> list[Edit]:
+    """Edits removing the keywords ``names`` from a call (absent ones are ignored)."""
+    items = call_items(src, call)
+    drop = {i for i, (kw, _) in enumerate(items) if kw in names}
+    return remove_items(src, [sp for _, sp in items], drop) if drop else []

@@ -182,30 +182,70 @@ def launched_kernels(tree: ast.Module, ks: list[Kernel]) -> list[Kernel]:
 
 @dataclass(frozen=True)
 class Launch:
-    """A ``kernel[grid](args)`` call."""
+    """A ``kernel[grid](args)`` call, or a call of a launch helper ``helper(kernel, grid, ..., *args)``.
+
+    For a helper call, ``skip`` is the number of leading positional arguments that belong to the
+    helper itself (the kernel's own arguments follow); ``helper`` names the helper function.
+    """
 
     call: ast.Call
     kernel: str
     grid: ast.expr
     func: ast.FunctionDef | None
     stmt: ast.stmt | None
+    skip: int = 0
+    helper: str | None = None
+
+
+def launch_helpers(tree: ast.Module, kernel_names: set[str]) -> dict[str, tuple[int, int, int]]:
+    """Module functions that launch a kernel they receive as an argument:
+    ``def h(kernel, grid, x, *args, **kw): kernel[grid](*args, **kw)`` (or ``kernel.fn[grid]``).
+    Returns name -> (index of the kernel parameter, index of the grid parameter, number of named
+    positional parameters)."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for f in tree.body:
+        if not isinstance(f, ast.FunctionDef) or f.name in kernel_names or f.args.vararg is None:
+            continue
+        names = [a.arg for a in [*f.args.posonlyargs, *f.args.args]]
+        for node in ast.walk(f):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript):
+                base = node.func.value
+                if isinstance(base, ast.Attribute) and base.attr == "fn":
+                    base = base.value
+                grid = node.func.slice
+                if isinstance(base, ast.Name) and base.id in names and isinstance(grid, ast.Name) \
+                        and grid.id in names:
+                    out[f.name] = (names.index(base.id), names.index(grid.id), len(names))
+                    break
+    return out
 
 
 def launches(tree: ast.Module, ks: list[Kernel]) -> list[Launch]:
-    """Every launch of one of ``ks``, with the enclosing function and statement."""
+    """Every launch of one of ``ks`` (direct or through a launch helper), with the enclosing function
+    and statement."""
     names = {k.name for k in ks}
+    helpers = launch_helpers(tree, {n.name for n in tree.body if isinstance(n, ast.FunctionDef)} & names)
     out: list[Launch] = []
+    seen: set[int] = set()
     for top in tree.body:
         func = top if isinstance(top, ast.FunctionDef) else None
-        if func is not None and func.name in names:
+        if func is not None and (func.name in names or func.name in helpers):
             continue
         for stmt in _walk_stmts([top]):
             for node in ast.walk(stmt):
-                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)
-                        and isinstance(node.func.value, ast.Name) and node.func.value.id in names):
-                    if any(node is launch.call for launch in out):
-                        continue
+                if not isinstance(node, ast.Call) or id(node) in seen:
+                    continue
+                if isinstance(node.func, ast.Subscript) and isinstance(node.func.value, ast.Name) \
+                        and node.func.value.id in names:
+                    seen.add(id(node))
                     out.append(Launch(node, node.func.value.id, node.func.slice, func, stmt))
+                elif isinstance(node.func, ast.Name) and node.func.id in helpers:
+                    ki, gi, n_named = helpers[node.func.id]
+                    if len(node.args) > max(ki, gi) and isinstance(node.args[ki], ast.Name) \
+                            and node.args[ki].id in names:
+                        seen.add(id(node))
+                        out.append(Launch(node, node.args[ki].id, node.args[gi], func, stmt, n_named,
+                                          node.func.id))
     return out
 
 
@@ -222,8 +262,8 @@ def _walk_stmts(body: list[ast.stmt]) -> Iterator[ast.stmt]:
 def launch_args(launch: Launch, kernel: Kernel) -> dict[str, ast.expr]:
     """Map kernel parameter names to the expressions a launch passes (positional and keyword)."""
     out: dict[str, ast.expr] = {}
-    positional = [p for p in kernel.params]
-    for p, a in zip(positional, launch.call.args, strict=False):
+    positional = list(kernel.params)
+    for p, a in zip(positional, launch.call.args[launch.skip:], strict=False):
         if isinstance(a, ast.Starred):
             break
         out[p.name] = a
@@ -256,19 +296,24 @@ def single_value(func: ast.FunctionDef | None, name: str) -> ast.expr | None:
     return None
 
 
-def autotune_configs(call: ast.Call | None, al: Aliases) -> list[ast.Call]:
-    """The ``triton.Config(...)`` calls of an autotune decorator's ``configs=[...]`` literal."""
+def autotune_configs(call: ast.Call | None, al: Aliases, tree: ast.Module | None = None) -> list[ast.Call]:
+    """The ``triton.Config(...)`` calls of an autotune decorator's configs: a literal list, or (with
+    ``tree``) a module-level name bound to one or a zero-argument module function returning one."""
     if call is None:
         return []
     cfgs = kwarg(call, "configs")
     if cfgs is None and call.args:
         cfgs = call.args[0]
-    if not isinstance(cfgs, (ast.List, ast.Tuple)):
-        if cfgs is None:
-            return []
-        return [n for n in ast.walk(cfgs) if isinstance(n, ast.Call) and
-                (dotted(n.func) or "").rpartition(".")[2] == "Config"]
-    return [c for c in cfgs.elts if isinstance(c, ast.Call) and (dotted(c.func) or "").rpartition(".")[2] == "Config"]
+    if tree is not None and isinstance(cfgs, ast.Call) and isinstance(cfgs.func, ast.Name) and not cfgs.args:
+        fn = next((f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == cfgs.func.id), None)
+        rets = [r for r in ast.walk(fn) if isinstance(r, ast.Return)] if fn else []
+        cfgs = rets[0].value if len(rets) == 1 else cfgs
+    elif tree is not None and isinstance(cfgs, ast.Name):
+        cfgs = next((st.value for st in tree.body if isinstance(st, ast.Assign) and len(st.targets) == 1
+                     and isinstance(st.targets[0], ast.Name) and st.targets[0].id == cfgs.id), cfgs)
+    if cfgs is None:
+        return []
+    return [n for n in ast.walk(cfgs) if isinstance(n, ast.Call) and (dotted(n.func) or "").rpartition(".")[2] == "Config"]
 
 
 def config_dict(cfg: ast.Call) -> ast.Dict | None:
@@ -298,7 +343,7 @@ def value_sites(src: Src, kernel: Kernel, name: str, al: Aliases) -> list[Site]:
     """
     out: list[Site] = []
     meta = name in ("num_warps", "num_stages", "num_ctas", "maxnreg")
-    for cfg in autotune_configs(kernel.autotune, al):
+    for cfg in autotune_configs(kernel.autotune, al, src.tree):
         if meta:
             v = kwarg(cfg, name)
             if v is not None:

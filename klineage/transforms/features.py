@@ -317,7 +317,7 @@ def kernel_features(source: str) -> dict[str, Any]:
     attr_calls = {n.func.attr for k in ks for n in ast.walk(k.node)
                   if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
     all_dotted = {dotted(n.func) or "" for n in ast.walk(src.tree) if isinstance(n, ast.Call)}
-    n_cfg = sum(len(autotune_configs(k.autotune, al)) for k in ks)
+    n_cfg = sum(len(autotune_configs(k.autotune, al, src.tree)) for k in ks)
     kernel_loops = [lp for k in ks for lp in loops(k.node)]
     feats: dict[str, Any] = {
         "has_dot": "dot" in names,

@@ -1,0 +1,168 @@
+"""Shared pieces of the operators: parsing a candidate once, anchors, value-site edits."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from klineage.transforms._source import Edit, Src, int_const, reindent
+from klineage.transforms._triton import (
+    Aliases,
+    Kernel,
+    Launch,
+    Site,
+    aliases,
+    kernels,
+    launches,
+    single_value,
+    value_sites,
+)
+from klineage.transforms.operator import Anchor
+
+
+@dataclass
+class Module:
+    """A parsed candidate: source, aliases, kernels and launches."""
+
+    src: Src
+    al: Aliases
+    kernels: list[Kernel]
+    launches: list[Launch]
+
+    @property
+    def launched(self) -> list[Kernel]:
+        """Kernels launched from host code."""
+        names = {la.kernel for la in self.launches}
+        return [k for k in self.kernels if k.name in names]
+
+    def launches_of(self, kernel: Kernel) -> list[Launch]:
+        """Launches of one kernel."""
+        return [la for la in self.launches if la.kernel == kernel.name]
+
+    def sites(self, kernel: Kernel, name: str) -> list[Site]:
+        """Where the value of ``name`` is written for ``kernel`` (see ``value_sites``)."""
+        return value_sites(self.src, kernel, name, self.al)
+
+    @property
+    def tl(self) -> str:
+        """The local name of triton.language."""
+        return sorted(self.al.tl)[0]
+
+    @property
+    def triton(self) -> str:
+        """The local name of triton."""
+        return sorted(self.al.triton)[0]
+
+
+def parse(source: str) -> Module | None:
+    """Parse a candidate; None when it does not parse."""
+    try:
+        src = Src(source)
+    except SyntaxError:
+        return None
+    al = aliases(src.tree)
+    ks = kernels(src.tree, al)
+    return Module(src, al, ks, launches(src.tree, ks))
+
+
+def anchor(kind: str, node: ast.AST, description: str, kernel: Kernel | None = None) -> Anchor:
+    """An anchor spanning a node's lines."""
+    start = getattr(node, "lineno", 1)
+    for deco in getattr(node, "decorator_list", []):
+        start = min(start, deco.lineno)
+    end = getattr(node, "end_lineno", start) or start
+    return Anchor(kind, start, end, description, kernel.name if kernel else None)  # type: ignore[arg-type]
+
+
+def int_value(site: Site) -> int | None:
+    """The int literal written at a site, else None."""
+    return int_const(site.node)
+
+
+def set_int(m: Module, site: Site, value: int) -> Edit:
+    """Edit writing ``value`` at a site (replacing its expression)."""
+    start, end = m.src.span(site.node)
+    return Edit(start, end, str(value))
+
+
+def param_default(kernel: Kernel, name: str) -> ast.expr | None:
+    """The default value node of a kernel parameter, else None."""
+    args = kernel.node.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+    for a, d in zip(positional, defaults, strict=True):
+        if a.arg == name:
+            return d
+    for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+        if a.arg == name:
+            return d
+    return None
+
+
+def dedent_block(m: Module, stmts: list[ast.stmt], old_indent: str, new_indent: str) -> str:
+    """Text of whole-line statements re-indented from ``old_indent`` to ``new_indent``."""
+    first, last = m.src.stmt_lines(stmts[0])[0], m.src.stmt_lines(stmts[-1])[1]
+    start, end = m.src.line_span(first, last)
+    return reindent(m.src.text[start:end], old_indent, new_indent)
+
+
+def local_value(launch: Launch, node: ast.expr) -> ast.expr:
+    """Follow a Name passed at a launch to its single local assignment."""
+    if isinstance(node, ast.Name):
+        v = single_value(launch.func, node.id)
+        if v is not None:
+            return v
+    return node
+
+
+def grid_tuple(m: Module, launch: Launch) -> tuple[ast.expr, str | None] | None:
+    """The grid as a tuple/list expression and the name of its meta argument (None for a plain
+    tuple): follows a local name to a tuple, a lambda, or a local ``def grid(meta): return (...)``."""
+    g = launch.grid
+    if isinstance(g, ast.Name) and launch.func is not None:
+        v = single_value(launch.func, g.id)
+        if v is not None:
+            g = v
+        else:
+            for node in ast.walk(launch.func):
+                if isinstance(node, ast.FunctionDef) and node.name == g.id and node.args.args:
+                    rets = [r for r in ast.walk(node) if isinstance(r, ast.Return)]
+                    if len(rets) == 1 and isinstance(rets[0].value, (ast.Tuple, ast.List)):
+                        return rets[0].value, node.args.args[0].arg
+                    return None
+    if isinstance(g, ast.Lambda) and g.args.args:
+        if isinstance(g.body, (ast.Tuple, ast.List)):
+            return g.body, g.args.args[0].arg
+        return None
+    if isinstance(g, (ast.Tuple, ast.List)):
+        return g, None
+    return None
+
+
+def sm_names(m: Module, func: ast.FunctionDef | None) -> set[str]:
+    """Local names (and module constants) whose value is an SM count: an expression mentioning
+    ``multi_processor_count`` directly or through a module-level helper function."""
+    helpers = {f.name for f in m.src.tree.body if isinstance(f, ast.FunctionDef) and any(
+        isinstance(n, ast.Attribute) and n.attr == "multi_processor_count" for n in ast.walk(f))}
+
+    def is_sm(expr: ast.AST, known: set[str]) -> bool:
+        for n in ast.walk(expr):
+            if isinstance(n, ast.Attribute) and n.attr == "multi_processor_count":
+                return True
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in helpers:
+                return True
+            if isinstance(n, ast.Name) and n.id in known:
+                return True
+        return False
+
+    out: set[str] = set()
+    scopes: list[ast.AST] = [m.src.tree] + ([func] if func is not None else [])
+    for _ in range(3):
+        for scope in scopes:
+            body = scope.body if isinstance(scope, (ast.Module, ast.FunctionDef)) else []
+            nodes = ast.walk(scope) if isinstance(scope, ast.FunctionDef) else iter(body)
+            for n in nodes:
+                if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                        and is_sm(n.value, out):
+                    out.add(n.targets[0].id)
+    return out

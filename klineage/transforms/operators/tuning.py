@@ -1,0 +1,779 @@
+"""Launch-configuration operators: autotune, tile-size, num-warps, pipelining, grouped-order.
+
+They edit the values of tunables where they are written (autotune configs, launch keywords, a local
+int passed at the launch), so they work on any kernel whose tunables are literal somewhere.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from klineage.transforms._source import (
+    Edit,
+    add_keyword,
+    add_param,
+    apply_edits,
+    dict_items,
+    int_const,
+    remove_keyword,
+    remove_keywords,
+    str_const,
+)
+from klineage.transforms._triton import (
+    Kernel,
+    arange_blocks,
+    autotune_configs,
+    config_dict,
+    dotted,
+    kwarg,
+    launch_args,
+    loop_step_names,
+    loops,
+    range_call,
+    single_value,
+    tl_func,
+    unique_name,
+)
+from klineage.transforms.features import dot_loops, pid_derived
+from klineage.transforms.operator import Anchor, Operator, Rewrite
+from klineage.transforms.operators._common import (
+    Module,
+    anchor,
+    grid_tuple,
+    int_value,
+    param_default,
+    parse,
+    set_int,
+)
+
+
+def _has_dot(k: Kernel, m: Module) -> bool:
+    return any(tl_func(n, m.al) == "dot" for n in ast.walk(k.node))
+
+
+def _has_load_loop(k: Kernel, m: Module) -> bool:
+    return any(any(tl_func(n, m.al) == "load" or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                                                  and n.func.attr == "load") for n in ast.walk(lp))
+               for lp in loops(k.node))
+
+
+# ----------------------------------------------------------------------------------------- autotune
+
+def _pinned_configs(m: Module, k: Kernel) -> list[list[tuple[str, str]]] | None:
+    """Each config of an autotune decorator as ``[(name, value source)]``: a literal list of
+    ``triton.Config``, or a zero-argument module function returning one (optionally a comprehension
+    over a literal table). None when the configs are computed some other way."""
+    assert k.autotune is not None
+    node = kwarg(k.autotune, "configs") or (k.autotune.args[0] if k.autotune.args else None)
+    table_env: dict[str, ast.expr] = {}
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args:
+        fn = next((f for f in m.src.tree.body if isinstance(f, ast.FunctionDef) and f.name == node.func.id), None)
+        rets = [r for r in ast.walk(fn) if isinstance(r, ast.Return)] if fn else []
+        node = rets[0].value if len(rets) == 1 else None
+        if fn is not None:
+            for st in fn.body:
+                if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                    table_env[st.targets[0].id] = st.value
+    elif isinstance(node, ast.Name):
+        node = next((s.value for s in m.src.tree.body if isinstance(s, ast.Assign) and len(s.targets) == 1
+                     and isinstance(s.targets[0], ast.Name) and s.targets[0].id == node.id), None)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        cfgs = [c for c in node.elts if isinstance(c, ast.Call) and (dotted(c.func) or "").endswith("Config")]
+        if len(cfgs) != len(node.elts) or not cfgs:
+            return None
+        out = [_config_kwargs(m, c, {}) for c in cfgs]
+        return None if any(o is None for o in out) else out  # type: ignore[return-value]
+    if isinstance(node, ast.ListComp) and len(node.generators) == 1 and not node.generators[0].ifs:
+        gen = node.generators[0]
+        cfg = node.elt
+        if not (isinstance(cfg, ast.Call) and (dotted(cfg.func) or "").endswith("Config")):
+            return None
+        table = gen.iter
+        if isinstance(table, ast.Name):
+            table = table_env.get(table.id)  # type: ignore[assignment]
+        try:
+            rows = ast.literal_eval(table) if table is not None else None
+        except ValueError:
+            return None
+        if not isinstance(rows, (list, tuple)):
+            return None
+        targets = gen.target.elts if isinstance(gen.target, ast.Tuple) else [gen.target]
+        if not all(isinstance(t, ast.Name) for t in targets):
+            return None
+        out = []
+        for row in rows:
+            values = row if isinstance(gen.target, ast.Tuple) else (row,)
+            if len(values) != len(targets):
+                return None
+            env = {t.id: repr(v) for t, v in zip(targets, values, strict=True)}  # type: ignore[attr-defined]
+            kws = _config_kwargs(m, cfg, env)
+            if kws is None:
+                return None
+            out.append(kws)
+        return out
+    return None
+
+
+def _config_kwargs(m: Module, cfg: ast.Call, env: dict[str, str]) -> list[tuple[str, str]] | None:
+    def text(v: ast.expr) -> str | None:
+        if isinstance(v, ast.Name) and v.id in env:
+            return env[v.id]
+        if env and any(isinstance(n, ast.Name) and n.id in env for n in ast.walk(v)):
+            return None
+        return m.src.seg(v)
+
+    d = config_dict(cfg)
+    if d is None:
+        return None
+    out = []
+    for key, v in zip(d.keys, d.values, strict=True):
+        name, t = str_const(key), text(v)
+        if name is None or t is None:
+            return None
+        out.append((name, t))
+    for kw in cfg.keywords:
+        if kw.arg in ("num_warps", "num_stages", "num_ctas", "maxnreg"):
+            t = text(kw.value)
+            if t is None:
+                return None
+            out.append((kw.arg, t))
+        elif kw.arg not in ("kwargs",):
+            return None  # pre_hook and friends: do not guess
+    return out
+
+
+class Autotune(Operator):
+    """``@triton.autotune`` over tile sizes / warps / stages, keyed on the problem shape."""
+
+    id = "autotune"
+    name = "Autotune launch configurations"
+    intent = "Let Triton pick tile sizes, warps and stages per problem shape instead of one fixed launch."
+    carrier = "the kernel's decorators (@triton.autotune with configs and key) and the launch keywords"
+    anchor_predicate = "n_kernels >= 1 and not uses_autotune"
+    anchor_description = "a kernel launched with literal tile sizes (constexpr keywords) and no autotuning"
+    default_params = {"config": 0}
+
+    def detect(self, source: str) -> list[Anchor]:
+        """Autotuned kernels (present) and launched kernels with literal constexpr tiles (applicable)."""
+        m = parse(source)
+        if m is None:
+            return []
+        out = []
+        for k in m.kernels:
+            if k.autotune is not None:
+                out.append(anchor("present", k.autotune, f"{k.name} is autotuned", k))
+            elif k in m.launched and self._tunables(m, k):
+                out.append(anchor("applicable", k.node, f"{k.name} launches with fixed tile sizes", k))
+        return out
+
+    # -- simplify: pin one config
+    def simplify(self, source: str, config: int = 0) -> Rewrite | None:
+        """Remove ``@triton.autotune``; the chosen config (default the first) is pinned at every launch."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits: list[Edit] = []
+        for k in m.kernels:
+            if k.autotune is None or any(kw.arg in ("reset_to_zero", "restore_value", "pre_hook", "post_hook")
+                                         for kw in k.autotune.keywords):
+                continue
+            cfgs = _pinned_configs(m, k)
+            if cfgs is None or config >= len(cfgs):
+                continue
+            pinned = cfgs[config]
+            lines = m.src.line_span(k.autotune.lineno, k.autotune.end_lineno or k.autotune.lineno)
+            edits.append(Edit(lines[0], lines[1], ""))
+            for la in m.launches_of(k):
+                passed = set(launch_args(la, k)) | {kw.arg for kw in la.call.keywords if kw.arg}
+                extra = [f"{n}={v}" for n, v in pinned if n not in passed]
+                if la.helper is not None and self._helper_uses_autotuner(m, la.helper):
+                    call = la.call
+                    rest = [m.src.seg(a) for a in call.args[la.skip:]]
+                    rest += [m.src.seg(kw) for kw in call.keywords] + extra
+                    text = f"{la.kernel}[{m.src.seg(la.grid)}]({', '.join(rest)})"
+                    edits.append(Edit(*m.src.span(call), text))
+                else:
+                    for e in extra:
+                        edits.append(add_keyword(m.src, la.call, e))
+                    # several extras on one call: merge into one edit
+        if not edits:
+            return None
+        edits = _merge_appends(edits)
+        return self._rewrite(source, apply_edits(source, edits), {"config": config}, "simplify")
+
+    @staticmethod
+    def _helper_uses_autotuner(m: Module, helper: str) -> bool:
+        fn = next(f for f in m.src.tree.body if isinstance(f, ast.FunctionDef) and f.name == helper)
+        return any(isinstance(n, ast.Attribute) and n.attr in ("fn", "configs") for n in ast.walk(fn))
+
+    # -- apply
+    def _tunables(self, m: Module, k: Kernel) -> dict[str, int]:
+        """Constexpr tile params with one int value at every launch (literal or a local int)."""
+        out: dict[str, int] = {}
+        tiles = set(arange_blocks(k, m.al))
+        for p in k.constexprs:
+            if p not in tiles:
+                continue
+            vals = {int_value(s) for s in m.sites(k, p) if s.where in ("launch", "local")}
+            if len(vals) == 1 and None not in vals:
+                out[p] = vals.pop()  # type: ignore[assignment]
+        return out
+
+    def apply(self, source: str, **params: Any) -> Rewrite | None:
+        """Add ``@triton.autotune`` with the current launch config plus larger/smaller tile variants;
+        the grid becomes a function of META and the tuned keywords leave the launches."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits: list[Edit] = []
+        for k in m.launched:
+            if k.autotune is not None:
+                continue
+            tun = self._tunables(m, k)
+            if not tun:
+                continue
+            lts = m.launches_of(k)
+            if any(la.helper is not None or la.func is None for la in lts):
+                continue
+            # warps/stages literal at launch join the configs
+            meta: dict[str, int] = {}
+            for name in ("num_warps", "num_stages"):
+                vals = {int_const(kwarg(la.call, name)) for la in lts}
+                if len(vals) == 1 and None not in vals:
+                    meta[name] = vals.pop()  # type: ignore[assignment]
+            local_names: dict[str, str] = {}  # local var -> param
+            ok = True
+            la_edits: list[Edit] = []
+            for la in lts:
+                args = launch_args(la, k)
+                for p in tun:
+                    v = args[p]
+                    if not any(kw.arg == p for kw in la.call.keywords):
+                        ok = False  # passed positionally: leave it
+                    if isinstance(v, ast.Name):
+                        local_names[v.id] = p
+                la_edits += remove_keywords(m.src, la.call, {*tun, *meta})
+                grid_edit = self._meta_grid(m, la, local_names)
+                if grid_edit is None:
+                    ok = False
+                elif grid_edit is not True:
+                    la_edits.append(grid_edit)  # type: ignore[arg-type]
+                # a tuned local used anywhere else in host code would go stale
+                uses = [n for n in ast.walk(la.func) if isinstance(n, ast.Name) and n.id in local_names
+                        and isinstance(n.ctx, ast.Load)]
+                grid_nodes = set(map(id, ast.walk(la.grid))) | set(map(id, ast.walk(la.call)))
+                gt = grid_tuple(m, la)
+                if gt is not None:
+                    grid_nodes |= set(map(id, ast.walk(gt[0])))
+                if any(id(u) not in grid_nodes for u in uses):
+                    ok = False
+            if not ok:
+                continue
+            edits += la_edits
+            configs = self._configs(tun, meta, _has_dot(k, m))
+            key = self._key(m, k)
+            indent = m.src.indent_of(k.node.lineno)
+            cfg_lines = "".join(f"{indent}        {m.triton}.Config({c}),\n" for c in configs)
+            deco = (f"{indent}@{m.triton}.autotune(\n{indent}    configs=[\n{cfg_lines}{indent}    ],\n"
+                    f"{indent}    key={key!r},\n{indent})\n")
+            first = min([d.lineno for d in k.node.decorator_list])
+            pos = m.src.line_span(first, first)[0]
+            edits.append(Edit(pos, pos, deco))
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, _merge_appends(edits)), dict(params), "apply")
+
+    @staticmethod
+    def _configs(tun: dict[str, int], meta: dict[str, int], dot: bool) -> list[str]:
+        lo = 16 if dot else 16
+        variants = [dict(tun)]
+        bigger = {p: min(v * 2, 256 if dot else 65536) for p, v in tun.items()}
+        smaller = {p: max(v // 2, lo) for p, v in tun.items()}
+        for var in (bigger, smaller):
+            if var not in variants:
+                variants.append(var)
+        out = []
+        for i, var in enumerate(variants):
+            d = ", ".join(f"{p!r}: {v}" for p, v in var.items())
+            kws = dict(meta)
+            if i == 1:
+                kws["num_warps"] = max(meta.get("num_warps", 4), 8)
+            extra = "".join(f", {n}={v}" for n, v in kws.items())
+            out.append(f"{{{d}}}{extra}")
+        return out
+
+    @staticmethod
+    def _key(m: Module, k: Kernel) -> list[str]:
+        """Shape-like runtime parameters: not pointers, not strides, not constexpr, not tensors."""
+        key = []
+        for la in m.launches_of(k)[:1]:
+            args = launch_args(la, k)
+            run_params = {a.arg for a in la.func.args.args} if la.func else set()
+            for p in k.params:
+                if p.constexpr or p.name not in args:
+                    continue
+                low = p.name.lower()
+                if "ptr" in low or "stride" in low or low in ("eps", "scale"):
+                    continue
+                v = args[p.name]
+                if isinstance(v, ast.Name) and v.id in run_params:
+                    continue
+                if isinstance(v, ast.Constant) and isinstance(v.value, float):
+                    continue
+                if isinstance(v, ast.Name) and la.func is not None:
+                    val = single_value(la.func, v.id)
+                    if isinstance(val, ast.Call) and (dotted(val.func) or "").startswith("torch."):
+                        continue
+                key.append(p.name)
+        return key
+
+    @staticmethod
+    def _meta_grid(m: Module, la: Any, local_names: dict[str, str]) -> Edit | bool | None:
+        """Rewrite the grid so tuned locals become ``META[...]``; True when nothing to change."""
+        gt = grid_tuple(m, la)
+        if gt is None:
+            return None
+        node, meta = gt
+        hits = [n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in local_names]
+        if not hits:
+            return True
+        if meta is not None:
+            return None
+        start, end = m.src.span(node)
+        text = m.src.text[start:end]
+        for h in sorted(hits, key=lambda n: m.src.span(n)[0], reverse=True):
+            hs, he = m.src.span(h)
+            text = text[:hs - start] + f"META[{local_names[h.id]!r}]" + text[he - start:]
+        return Edit(start, end, f"lambda META: {text}")
+
+
+def _merge_appends(edits: list[Edit]) -> list[Edit]:
+    """Several insertions at the same offset become one (in order)."""
+    out: dict[tuple[int, int], Edit] = {}
+    for e in edits:
+        key = (e.start, e.end)
+        if key in out and e.start == e.end:
+            out[key] = Edit(e.start, e.end, out[key].text + e.text)
+        else:
+            out[key] = e
+    return list(out.values())
+
+
+# ---------------------------------------------------------------------------------------- tile-size
+
+def _tile_params(m: Module, k: Kernel, include_steps: bool) -> list[str]:
+    steps = loop_step_names(k, m.al)
+    return [p for p in arange_blocks(k, m.al) if include_steps or p not in steps]
+
+
+class TileSize(Operator):
+    """Larger output tiles (BLOCK_M/BLOCK_N) for tl.dot kernels."""
+
+    id = "tile-size"
+    name = "Larger tiles"
+    intent = "Compute a larger output tile per program so each loaded operand is reused more often."
+    carrier = "the tile-size constexpr values (autotune configs, launch keywords or the local ints)"
+    anchor_predicate = "has_dot"
+    anchor_description = "a tl.dot kernel whose output tile sizes are literal ints"
+    default_params = {"factor": 2, "max_tile": 256}
+    small = 32
+
+    def _sites(self, m: Module, include_steps: bool) -> list[tuple[Kernel, Any]]:
+        out = []
+        for k in m.kernels:
+            if not _has_dot(k, m):
+                continue
+            for p in _tile_params(m, k, include_steps):
+                out += [(k, s) for s in m.sites(k, p) if int_value(s) is not None]
+                d = param_default(k, p)
+                if int_const(d) is not None:
+                    from klineage.transforms._triton import Site
+                    out.append((k, Site(p, d, "default", k.node)))  # type: ignore[arg-type]
+        return out
+
+    def detect(self, source: str) -> list[Anchor]:
+        """Present where an output tile dimension is above 32; applicable where tiles are literal."""
+        m = parse(source)
+        if m is None:
+            return []
+        out = []
+        for k, s in self._sites(m, include_steps=False):
+            kind = "present" if (int_value(s) or 0) > self.small else "applicable"
+            out.append(anchor(kind, s.node, f"{s.name}={int_value(s)} in {k.name}", k))
+        return out
+
+    def simplify(self, source: str) -> Rewrite | None:
+        """Shrink every tile dimension (K steps included) above 32 to 32."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits = [set_int(m, s, self.small) for _, s in self._sites(m, include_steps=True)
+                 if (int_value(s) or 0) > self.small]
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {"tile": self.small}, "simplify")
+
+    def apply(self, source: str, factor: int = 2, max_tile: int = 256, **_: Any) -> Rewrite | None:
+        """Multiply the output tile dimensions (not the K step) by ``factor``, capped at ``max_tile``."""
+        m = parse(source)
+        if m is None or factor < 2:
+            return None
+        edits = []
+        for _, s in self._sites(m, include_steps=False):
+            v = int_value(s) or 0
+            new = max(v * factor, 2 * self.small)
+            if v and new <= max_tile:
+                edits.append(set_int(m, s, new))
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {"factor": factor, "max_tile": max_tile},
+                             "apply")
+
+
+# ---------------------------------------------------------------------------------------- num-warps
+
+class NumWarps(Operator):
+    """Warps per program matched to the tile."""
+
+    id = "num-warps"
+    name = "Match warps to the tile"
+    intent = "Set the warps per program from the tile size so wide rows and big tiles get enough threads."
+    carrier = "num_warps at the launch or in the autotune configs"
+    anchor_predicate = "n_kernels >= 1 and num_warps == None"
+    anchor_description = "a kernel launched without num_warps (the default 4 warps)"
+
+    def _sites(self, m: Module) -> list[tuple[Kernel, ast.Call, ast.expr]]:
+        out = []
+        for k in m.launched:
+            for cfg in autotune_configs(k.autotune, m.al, m.src.tree):
+                v = kwarg(cfg, "num_warps")
+                if v is not None:
+                    out.append((k, cfg, v))
+            for la in m.launches_of(k):
+                v = kwarg(la.call, "num_warps")
+                if v is not None:
+                    out.append((k, la.call, v))
+        return out
+
+    def detect(self, source: str) -> list[Anchor]:
+        """Explicit num_warps (present); launches without one (applicable)."""
+        m = parse(source)
+        if m is None:
+            return []
+        out = [anchor("present", call, f"num_warps={m.src.seg(v)} for {k.name}", k) for k, call, v in self._sites(m)]
+        with_sites = {k.name for k, _, _ in self._sites(m)}
+        for k in m.launched:
+            if k.name not in with_sites and self._warps_expr(m, k) is not None:
+                for la in m.launches_of(k):
+                    out.append(anchor("applicable", la.call, f"{k.name} launches with the default 4 warps", k))
+        return out
+
+    def simplify(self, source: str) -> Rewrite | None:
+        """Drop every explicit num_warps (back to Triton's default of 4)."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits = [e for _, call, _ in self._sites(m) if (e := remove_keyword(m.src, call, "num_warps"))]
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+
+    def _config_warps(self, m: Module, k: Kernel, cfg: ast.Call) -> int | None:
+        d = config_dict(cfg)
+        if d is None:
+            return None
+        vals = {str_const(key): int_const(v) for key, v in zip(d.keys, d.values, strict=True)}
+        dot = _has_dot(k, m)
+        tiles = _tile_params(m, k, include_steps=False) if dot else arange_blocks(k, m.al)
+        if not tiles or any(vals.get(p) is None for p in tiles):
+            return None
+        prod = 1
+        for p in tiles:
+            prod *= vals[p] or 1
+        div, hi = (2048, 8) if dot else (256, 16)
+        return max(4, min(hi, prod // div))
+
+    def _warps_expr(self, m: Module, k: Kernel) -> str | None:
+        """A host expression for the warps: ~elements per tile / 256 (row kernels, 4..16) or / 2048
+        (dot kernels, 4..8)."""
+        dot = _has_dot(k, m)
+        tiles = _tile_params(m, k, include_steps=False) if dot else arange_blocks(k, m.al)
+        if not tiles:
+            return None
+        la = m.launches_of(k)[0]
+        args = launch_args(la, k)
+        factors = []
+        lits = 1
+        for p in tiles:
+            if p in args:
+                v = int_const(args[p])
+                if v is None and isinstance(args[p], ast.Name):
+                    v = int_const(single_value(la.func, args[p].id))
+                if v is not None:
+                    lits *= v
+                else:
+                    factors.append(m.src.seg(args[p]))
+            elif int_const(param_default(k, p)) is not None:
+                lits *= int_const(param_default(k, p)) or 1
+            else:
+                return None
+        div, hi = (2048, 8) if dot else (256, 16)
+        if not factors:
+            return str(max(4, min(hi, lits // div)))
+        prod = " * ".join(factors + ([str(lits)] if lits != 1 else []))
+        return f"max(4, min({hi}, {prod} // {div}))"
+
+    def apply(self, source: str, num_warps: int | None = None, **_: Any) -> Rewrite | None:
+        """Add ``num_warps`` (given, or computed from the tile) to launches that have none."""
+        m = parse(source)
+        if m is None:
+            return None
+        with_sites = {k.name for k, _, _ in self._sites(m)}
+        edits = []
+        for k in m.launched:
+            if k.name in with_sites:
+                continue
+            if k.autotune is not None:
+                for cfg in autotune_configs(k.autotune, m.al, m.src.tree):
+                    w = num_warps or self._config_warps(m, k, cfg)
+                    if w is not None:
+                        edits.append(add_keyword(m.src, cfg, f"num_warps={w}"))
+                continue
+            expr = str(num_warps) if num_warps else self._warps_expr(m, k)
+            if expr is None or expr == "4":
+                continue
+            else:
+                for la in m.launches_of(k):
+                    edits.append(add_keyword(m.src, la.call, f"num_warps={expr}"))
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {"num_warps": num_warps}, "apply")
+
+
+# --------------------------------------------------------------------------------------- pipelining
+
+class Pipelining(Operator):
+    """Software pipelining of loads in loops (num_stages)."""
+
+    id = "pipelining"
+    name = "Pipeline loop loads"
+    intent = "Issue the loads of later loop iterations while the current one computes (num_stages > 1)."
+    carrier = "num_stages at the launch, in autotune configs or on tl.range"
+    anchor_predicate = "n_loops >= 1"
+    anchor_description = "a loop of loads (K loop or column tiles) inside a kernel"
+
+    def _sites(self, m: Module) -> list[tuple[Kernel, ast.Call, ast.expr]]:
+        out = []
+        for k in m.kernels:
+            for cfg in autotune_configs(k.autotune, m.al, m.src.tree):
+                if (v := kwarg(cfg, "num_stages")) is not None:
+                    out.append((k, cfg, v))
+            for la in m.launches_of(k):
+                if (v := kwarg(la.call, "num_stages")) is not None:
+                    out.append((k, la.call, v))
+            for lp in loops(k.node):
+                rc = range_call(lp, m.al)
+                if rc is not None and (v := kwarg(rc, "num_stages")) is not None:
+                    out.append((k, rc, v))
+        return out
+
+    def detect(self, source: str) -> list[Anchor]:
+        """num_stages > 1 written somewhere (present); loops of loads without it (applicable)."""
+        m = parse(source)
+        if m is None:
+            return []
+        out = []
+        for k, call, v in self._sites(m):
+            if (int_const(v) or 2) > 1:
+                out.append(anchor("present", call, f"num_stages={m.src.seg(v)} for {k.name}", k))
+        if not out:
+            for k in m.launched:
+                if _has_load_loop(k, m):
+                    out.append(anchor("applicable", k.node, f"{k.name} has a loop of loads", k))
+        return out
+
+    def simplify(self, source: str) -> Rewrite | None:
+        """Set every explicit num_stages to 1 (no multi-buffering)."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits = [Edit(*m.src.span(v), "1") for _, _, v in self._sites(m) if (int_const(v) or 2) > 1]
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+
+    def apply(self, source: str, num_stages: int | None = None, **_: Any) -> Rewrite | None:
+        """Raise num_stages (default 4 for tl.dot K loops, 3 otherwise) where it is lower, or add it at
+        the launches of kernels with a loop of loads."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits: list[Edit] = []
+        sites = self._sites(m)
+        for k in m.launched:
+            if not _has_load_loop(k, m):
+                continue
+            target = num_stages or (4 if dot_loops(k, m.al) else 3)
+            mine = [(c, v) for kk, c, v in sites if kk is k]
+            if mine:
+                edits += [Edit(*m.src.span(v), str(target)) for _, v in mine
+                          if int_const(v) is not None and (int_const(v) or 0) < target]
+            elif k.autotune is not None:
+                edits += [add_keyword(m.src, cfg, f"num_stages={target}") for cfg in autotune_configs(k.autotune, m.al, m.src.tree)]
+            else:
+                edits += [add_keyword(m.src, la.call, f"num_stages={target}") for la in m.launches_of(k)]
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {"num_stages": num_stages}, "apply")
+
+
+# ------------------------------------------------------------------------------------ grouped-order
+
+class GroupedOrder(Operator):
+    """GROUP_SIZE_M program-id swizzle for L2 reuse."""
+
+    id = "grouped-order"
+    name = "Grouped tile order"
+    intent = "Launch output tiles in groups of GROUP_SIZE_M rows so concurrent programs share A and B panels in L2."
+    carrier = "the program-id to tile mapping at the top of the kernel and the GROUP_SIZE_M constexpr"
+    anchor_predicate = "has_dot and not grouped_order"
+    anchor_description = "a 2-D tiled tl.dot kernel mapping program ids to tiles row-major"
+    default_params = {"group_size": 8}
+
+    def _group_params(self, m: Module, k: Kernel) -> list[str]:
+        return [p for p in k.constexprs if "GROUP" in p.upper()]
+
+    def _sites(self, m: Module, k: Kernel) -> list[tuple[str, ast.expr]]:
+        out = []
+        for p in self._group_params(m, k):
+            out += [(p, s.node) for s in m.sites(k, p) if int_value(s) is not None]
+            d = param_default(k, p)
+            if int_const(d) is not None:
+                out.append((p, d))  # type: ignore[arg-type]
+        return out
+
+    def _rowmajor(self, m: Module, k: Kernel) -> tuple[list[ast.stmt], ast.Assign, ast.Assign] | None:
+        """``x = P // Q`` and ``y = P % Q`` (same body, P from program_id), or two program_id axes."""
+        derived = pid_derived(k.node, m.al)
+        for body in [k.node.body] + [lp.body for lp in loops(k.node)]:
+            divs: dict[tuple[str, str], ast.Assign] = {}
+            mods: dict[tuple[str, str], ast.Assign] = {}
+            pids: dict[int, ast.Assign] = {}
+            for st in body:
+                if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)):
+                    continue
+                v = st.value
+                if isinstance(v, ast.BinOp) and isinstance(v.left, ast.Name) and isinstance(v.right, ast.Name) \
+                        and (v.left.id in derived):
+                    if isinstance(v.op, ast.FloorDiv):
+                        divs[(v.left.id, v.right.id)] = st
+                    elif isinstance(v.op, ast.Mod):
+                        mods[(v.left.id, v.right.id)] = st
+                if isinstance(v, ast.Call) and tl_func(v, m.al) == "program_id":
+                    axis = int_const(v.args[0]) if v.args else int_const(kwarg(v, "axis"))
+                    if axis in (0, 1):
+                        pids[axis] = st
+            for key, st in divs.items():
+                if key in mods:
+                    return body, st, mods[key]
+            if 0 in pids and 1 in pids:
+                return body, pids[0], pids[1]
+        return None
+
+    def detect(self, source: str) -> list[Anchor]:
+        """GROUP constexpr set above 1 (present); a row-major tile mapping in a dot kernel (applicable)."""
+        m = parse(source)
+        if m is None:
+            return []
+        out = []
+        for k in m.kernels:
+            if not _has_dot(k, m):
+                continue
+            sites = self._sites(m, k)
+            if any((int_const(v) or 0) > 1 for _, v in sites):
+                out += [anchor("present", v, f"{p}={m.src.seg(v)} in {k.name}", k) for p, v in sites]
+            elif sites:
+                out += [anchor("applicable", v, f"{p}=1 in {k.name}", k) for p, v in sites]
+            elif k in m.launched and self._gemm_like(m, k) and (rm := self._rowmajor(m, k)) is not None:
+                out.append(anchor("applicable", rm[1], f"row-major tile order in {k.name}", k))
+        return out
+
+    def simplify(self, source: str) -> Rewrite | None:
+        """Set GROUP_SIZE to 1 everywhere it is written: the swizzle degenerates to row-major order."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits = [Edit(*m.src.span(v), "1") for k in m.kernels for _, v in self._sites(m, k)
+                 if (int_const(v) or 0) > 1]
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+
+    def apply(self, source: str, group_size: int = 8, **_: Any) -> Rewrite | None:
+        """Raise a GROUP_SIZE of 1 to ``group_size``, or insert the swizzle in place of a row-major
+        ``pid // n`` / ``pid % n`` mapping (``tl.swizzle2d`` for a 2-D grid)."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits: list[Edit] = []
+        for k in m.kernels:
+            if not _has_dot(k, m):
+                continue
+            sites = self._sites(m, k)
+            if sites:
+                edits += [Edit(*m.src.span(v), str(group_size)) for _, v in sites if int_const(v) == 1]
+                continue
+            if k not in m.launched or not self._gemm_like(m, k):
+                continue
+            rm = self._rowmajor(m, k)
+            if rm is None:
+                continue
+            _body, first, second = rm
+            g = unique_name(m.src.tree, "GROUP_SIZE_M")
+            tl = m.tl
+            xm, xn = first.targets[0].id, second.targets[0].id  # type: ignore[attr-defined]
+            indent = m.src.indent_of(first.lineno)
+            if isinstance(first.value, ast.Call):  # two program_id axes
+                later = max(first, second, key=lambda s: s.lineno)
+                pos = m.src.line_span(later.end_lineno or later.lineno, later.end_lineno or later.lineno)[1]
+                edits.append(Edit(pos, pos, f"{indent}{xm}, {xn} = {tl}.swizzle2d({xm}, {xn}, {tl}.num_programs(0), "
+                                            f"{tl}.num_programs(1), {g})\n"))
+            else:
+                pid = first.value.left.id  # type: ignore[attr-defined]
+                q = first.value.right.id  # type: ignore[attr-defined]
+                names = {b: unique_name(m.src.tree, b) for b in
+                         ("num_pid_in_group", "group_id", "first_pid_m", "group_size_m", "num_pid_m")}
+                npm = self._num_pid_m(m, k, q)
+                pre = ""
+                if npm is None:
+                    npm = names["num_pid_m"]
+                    pre = f"{indent}{npm} = {tl}.num_programs(0) // {q}\n"
+                block = (pre +
+                         f"{indent}{names['num_pid_in_group']} = {g} * {q}\n"
+                         f"{indent}{names['group_id']} = {pid} // {names['num_pid_in_group']}\n"
+                         f"{indent}{names['first_pid_m']} = {names['group_id']} * {g}\n"
+                         f"{indent}{names['group_size_m']} = min({npm} - {names['first_pid_m']}, {g})\n"
+                         f"{indent}{xm} = {names['first_pid_m']} + ({pid} % {names['group_size_m']})\n"
+                         f"{indent}{xn} = ({pid} % {names['num_pid_in_group']}) // {names['group_size_m']}\n")
+                a = m.src.line_span(first.lineno, first.end_lineno or first.lineno)
+                b = m.src.line_span(second.lineno, second.end_lineno or second.lineno)
+                if b[0] == a[1]:
+                    edits.append(Edit(a[0], b[1], block))
+                else:
+                    edits += [Edit(a[0], a[1], block), Edit(b[0], b[1], "")]
+            edits.append(add_param(m.src, k.node, f"{g}: {tl}.constexpr = {group_size}"))
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {"group_size": group_size}, "apply")
+
+    @staticmethod
+    def _gemm_like(m: Module, k: Kernel) -> bool:
+        return bool(dot_loops(k, m.al)) and sum(1 for n in ast.walk(k.node) if tl_func(n, m.al) == "dot") == 1
+
+    @staticmethod
+    def _num_pid_m(m: Module, k: Kernel, q: str) -> str | None:
+        cdivs = [st.targets[0].id for st in k.node.body if isinstance(st, ast.Assign) and len(st.targets) == 1
+                 and isinstance(st.targets[0], ast.Name) and tl_func(st.value, m.al) == "cdiv"]
+        others = [c for c in cdivs if c != q]
+        return others[0] if len(others) == 1 and q in cdivs else None
