@@ -42,8 +42,8 @@ from typing import Any
 if "--cpu" in sys.argv:
     os.environ["TRITON_INTERPRET"] = "1"
 
-import torch  # noqa: E402
-import triton  # noqa: E402
+import torch
+import triton
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = ROOT / "workloads"
@@ -145,7 +145,7 @@ def time_cuda(fn, n_min: int = 20, n_max: int = 500, rep_ms: float = 150.0, warm
 
     def q(p: float) -> float:
         x = p * (len(times) - 1)
-        lo = int(math.floor(x))
+        lo = math.floor(x)
         hi = min(lo + 1, len(times) - 1)
         return times[lo] + (times[hi] - times[lo]) * (x - lo)
 
@@ -157,9 +157,8 @@ def measure_ceilings() -> dict[str, float]:
     n = 1 << 30
     src = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    t = time_cuda(lambda: dst.copy_(src), rep_ms=200)
+    t = time_cuda(lambda src=src, dst=dst: dst.copy_(src), rep_ms=200)
     copy_tbps = 2 * n / (t["ms_median"] * 1e-3) / 1e12
-    del src, dst
     g = torch.Generator(device="cuda").manual_seed(0)
     a = torch.randn((8192, 8192), generator=g, device="cuda").to(torch.bfloat16)
     b = torch.randn((8192, 8192), generator=g, device="cuda").to(torch.bfloat16)
@@ -220,8 +219,8 @@ def run_gpu(names: list[str], out_dir: Path | None, seeds: int, shape_filter: st
     props = torch.cuda.get_device_properties(0)
     gpu = props.name
     tag = gpu_tag(gpu)
-    print(f"# {gpu}, {props.multi_processor_count} SMs, torch {torch.__version__}, triton {triton.__version__}",
-          flush=True)
+    print(f"# {gpu}, {props.multi_processor_count} SMs, torch {torch.__version__}, "
+          f"triton {triton.__version__}", flush=True)
     ceilings = measure_ceilings()
     print(f"# ceilings: copy {ceilings['copy_tbps']:.3f} TB/s, bf16 GEMM {ceilings['gemm_bf16_tflops']:.1f} "
           "TFLOP/s", flush=True)
@@ -253,9 +252,9 @@ def run_gpu(names: list[str], out_dir: Path | None, seeds: int, shape_filter: st
                 worst = err if (math.isnan(err) or err > worst) else worst
             failures += not ok
             inputs = refmod.make_inputs(dict(shape), dtype, 1234, device="cuda")
-            k = time_cuda(lambda inputs=inputs: kernel.run(*inputs))
+            k = time_cuda(lambda inputs=inputs, fn=kernel.run: fn(*inputs))
             vendor_fn = getattr(refmod, "vendor", refmod.reference)
-            v = time_cuda(lambda inputs=inputs: vendor_fn(*inputs))
+            v = time_cuda(lambda inputs=inputs, fn=vendor_fn: fn(*inputs))
             del inputs
             fl = float(refmod.flops(shape)) if hasattr(refmod, "flops") else 0.0
             by = float(refmod.bytes_moved(shape, dtype)) if hasattr(refmod, "bytes_moved") else 0.0

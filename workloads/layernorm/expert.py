@@ -17,7 +17,8 @@ Optimizations, each a recognisable construct below:
 - single-pass-row: the whole row is in registers: mean, centred variance and the affine output
   from one read of X (exact two-step variance, no E[x^2] - E[x]^2 cancellation).
 - row-persistent: grid sized to fill the machine once; programs stride over row blocks, and
-  weight / bias are loaded once per program (hoisted out of the row loop) instead of once per row.
+  weight / bias are loaded once per program (hoisted out of the row loop, HOIST_WB) instead of once
+  per row, for rows up to HOIST_MAX wide (wider ones would spill).
 - multi-row: rows shorter than ~TILE_ELEMS are packed ROWS at a time into a 2-D tile.
 - pipelining: tl.range(..., num_stages=2) over row blocks issues the next row's load early.
 - eviction-hints: X is read once (evict_first); weight / bias are re-read by every program
@@ -35,7 +36,8 @@ import triton
 import triton.language as tl
 
 EPS = 1e-5
-SINGLE_PASS_MAX = 32768
+SINGLE_PASS_MAX = 16384  # widest row kept whole in registers (32768 spills with weight/bias live)
+HOIST_MAX = 8192  # widest row whose weight/bias stay in registers across the row loop
 TILE_ELEMS = 4096
 CHUNK = 8192
 
@@ -55,21 +57,22 @@ def _num_sms(device: torch.device) -> int:
 @triton.jit
 def _layernorm_rows_kernel(
     x_ptr, w_ptr, b_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y, eps,
-    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EVEN_N: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, EVEN_N: tl.constexpr, HOIST_WB: tl.constexpr,
 ):
     pid = tl.program_id(0)
     n_progs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     col_ok = cols < n_cols
-    # weight and bias: read once per program, reused for every row it normalises.
-    if EVEN_N:
-        w = tl.load(w_ptr + cols, eviction_policy="evict_last").to(tl.float32)
-        b = tl.load(b_ptr + cols, eviction_policy="evict_last").to(tl.float32)
-    else:
+    if HOIST_WB:
+        # weight and bias: read once per program, kept in registers for every row it normalises.
         w = tl.load(w_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
         b = tl.load(b_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
     n_blocks = tl.cdiv(n_rows, ROWS)
     for rb in tl.range(pid, n_blocks, n_progs, num_stages=2):
+        if not HOIST_WB:
+            # Wide rows: holding weight and bias across the loop would spill; re-read them (L2 hits).
+            w = tl.load(w_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            b = tl.load(b_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)
         rows = rb * ROWS + tl.arange(0, ROWS)
         row_ok = rows < n_rows
         rows64 = rows.to(tl.int64)
@@ -153,7 +156,8 @@ def run(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tens
         programs = min(n_blocks, sms * max(1, 32 // num_warps))
         _layernorm_rows_kernel[(programs,)](
             x, weight, bias, y, n_rows, n_cols, x.stride(0), y.stride(0), EPS,
-            BLOCK_N=block_n, ROWS=rows, EVEN_N=block_n == n_cols, num_warps=num_warps,
+            BLOCK_N=block_n, ROWS=rows, EVEN_N=block_n == n_cols, HOIST_WB=block_n <= HOIST_MAX,
+            num_warps=num_warps,
         )
     else:
         programs = min(n_rows, sms * 2)

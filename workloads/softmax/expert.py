@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-LOG2E = 1.4426950408889634
+LOG2E = tl.constexpr(1.4426950408889634)
 SINGLE_PASS_MAX = 32768  # widest row kept whole in registers (fp32: 64 values/thread at 16 warps)
 TILE_ELEMS = 4096  # elements per program tile for short rows (multi-row packing target)
 ONLINE_BLOCK = 8192  # column tile of the online path

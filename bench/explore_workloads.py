@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Time source-level variants of the five expert kernels at their key shapes, in one GPU call.
+
+A variant is the expert.py source with a few literal substitutions (the same kind of edit the
+lineage walker makes). Each variant is checked against the reference at each key shape and timed
+next to the vendor with the method of ``bench/workloads.py`` (L2 flushed, CUDA events, medians).
+For autotuned kernels the per-config autotune timings are printed too. Results go to stdout (a
+short table at the end) and, with ``--out DIR``, to ``DIR/explore.jsonl`` and ``DIR/explore.txt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch
+
+import workloads as wl
+
+GEMM_TABLE = """        (128, 256, 64, 3, 8, True),
+        (128, 256, 64, 4, 8, True),
+        (128, 128, 64, 4, 8, False),
+        (128, 128, 64, 5, 4, False),
+        (64, 128, 64, 5, 4, False),
+"""
+GEMM_BROAD = """        (128, 256, 64, 3, 8, True),
+        (128, 256, 64, 4, 8, True),
+        (128, 256, 64, 3, 8, False),
+        (256, 128, 64, 3, 8, True),
+        (128, 128, 64, 4, 8, False),
+        (128, 128, 128, 3, 8, False),
+        (128, 128, 64, 5, 4, False),
+        (64, 128, 64, 5, 4, False),
+        (64, 256, 64, 4, 4, True),
+"""
+ATTN_TABLE = """        (128, 64, 4, 3),
+        (128, 128, 8, 3),
+        (128, 64, 8, 3),
+        (128, 128, 8, 2),
+        (64, 64, 4, 4),
+"""
+ATTN_BROAD = """        (128, 64, 4, 3),
+        (128, 64, 4, 4),
+        (128, 128, 8, 3),
+        (128, 128, 8, 2),
+        (128, 64, 8, 3),
+        (128, 64, 8, 4),
+        (64, 128, 4, 3),
+"""
+
+PLANS: dict[str, dict] = {
+    "gemm": {
+        "tuned": "_matmul_tma_persistent_kernel",
+        "cases": [({"M": 8192, "N": 8192, "K": 8192}, "bf16"), ({"M": 4096, "N": 4096, "K": 4096}, "bf16"),
+                  ({"M": 8192, "N": 8192, "K": 512}, "bf16"), ({"M": 1024, "N": 1024, "K": 1024}, "bf16"),
+                  ({"M": 3000, "N": 5000, "K": 2000}, "bf16")],
+        "variants": {
+            "expert": [],
+            "broad": [(GEMM_TABLE, GEMM_BROAD)],
+            "noflatten": [("flatten=True)", "flatten=False)")],
+            "group1": [('"GROUP_SIZE_M": 8', '"GROUP_SIZE_M": 1')],
+            "nonpersistent": [("return (min(num_sms, tiles),)", "return (tiles,)"),
+                              ("_launch(_matmul_tma_persistent_kernel, grid, device, a, b, c, M, N, K, "
+                               "NUM_SMS=num_sms)",
+                               "_launch(_matmul_tma_persistent_kernel, grid, device, a, b, c, M, N, K, "
+                               "NUM_SMS=1 << 20)")],
+        },
+    },
+    "softmax": {
+        "cases": [({"rows": 16384, "cols": 8192}, "bf16"), ({"rows": 16384, "cols": 8192}, "fp32"),
+                  ({"rows": 65536, "cols": 128}, "bf16"), ({"rows": 8192, "cols": 1000}, "bf16"),
+                  ({"rows": 1024, "cols": 50257}, "bf16"), ({"rows": 256, "cols": 131072}, "bf16")],
+        "variants": {
+            "expert": [],
+            "nopersist": [("programs = min(n_blocks, sms * max(1, 32 // num_warps))", "programs = n_blocks")],
+            "persist64": [("programs = min(n_blocks, sms * max(1, 32 // num_warps))",
+                           "programs = min(n_blocks, sms * max(1, 64 // num_warps))")],
+            "warps16": [("if tile_elems >= 16384:", "if tile_elems >= 8192:")],
+            "warps4": [("if tile_elems >= 4096:\n        return 8",
+                        "if tile_elems >= 1 << 30:\n        return 8")],
+            "noevict": [(', eviction_policy="evict_first"', "")],
+            "stages1": [("num_stages=2", "num_stages=1")],
+            "tile8k": [("TILE_ELEMS = 4096", "TILE_ELEMS = 8192")],
+            "single64k": [("SINGLE_PASS_MAX = 32768", "SINGLE_PASS_MAX = 65536")],
+            "online4k": [("ONLINE_BLOCK = 8192", "ONLINE_BLOCK = 4096")],
+            "online_p4": [("programs = min(n_rows, sms * 2)", "programs = min(n_rows, sms * 4)")],
+        },
+    },
+    "layernorm": {
+        "cases": [({"rows": 16384, "cols": 8192}, "bf16"), ({"rows": 32768, "cols": 768}, "bf16"),
+                  ({"rows": 65536, "cols": 128}, "bf16"), ({"rows": 1024, "cols": 65536}, "bf16")],
+        "variants": {
+            "expert": [],
+            "nopersist": [("programs = min(n_blocks, sms * max(1, 32 // num_warps))", "programs = n_blocks")],
+            "persist64": [("programs = min(n_blocks, sms * max(1, 32 // num_warps))",
+                           "programs = min(n_blocks, sms * max(1, 64 // num_warps))")],
+            "warps16": [("if tile_elems >= 16384:", "if tile_elems >= 8192:")],
+            "noevict": [(', eviction_policy="evict_first"', "")],
+            "stages1": [("num_stages=2", "num_stages=1")],
+            "tile8k": [("TILE_ELEMS = 4096", "TILE_ELEMS = 8192")],
+            "chunk_p4": [("programs = min(n_rows, sms * 2)", "programs = min(n_rows, sms * 4)")],
+            "nohoist": [("HOIST_MAX = 8192", "HOIST_MAX = 0")],
+            "single32k": [("SINGLE_PASS_MAX = 16384", "SINGLE_PASS_MAX = 32768")],
+        },
+    },
+    "cross_entropy": {
+        "cases": [({"rows": 8192, "vocab": 32768}, "bf16"), ({"rows": 4096, "vocab": 128256}, "bf16"),
+                  ({"rows": 16384, "vocab": 4096}, "bf16")],
+        "variants": {
+            "expert": [],
+            "block4k": [("min(8192, triton.next_power_of_2(n_cols))",
+                         "min(4096, triton.next_power_of_2(n_cols))")],
+            "block16k": [("min(8192, triton.next_power_of_2(n_cols))",
+                          "min(16384, triton.next_power_of_2(n_cols))"),
+                         ("16 if block_v >= 8192", "16 if block_v >= 16384")],
+            "warps8": [("16 if block_v >= 8192", "16 if block_v >= 1 << 30")],
+            "ctas32": [("64 // num_warps", "32 // num_warps")],
+            "ctas128": [("64 // num_warps", "128 // num_warps")],
+            "noevict": [(', eviction_policy="evict_first"', "")],
+            "stages2": [("for start in tl.range(0, n_full, BLOCK_V):",
+                         "for start in tl.range(0, n_full, BLOCK_V, num_stages=2):")],
+        },
+    },
+    "attention": {
+        "tuned": "_attn_fwd_kernel",
+        "cases": [({"B": 8, "H": 16, "S": 4096, "D": 128, "causal": False}, "bf16"),
+                  ({"B": 8, "H": 16, "S": 4096, "D": 128, "causal": True}, "bf16"),
+                  ({"B": 8, "H": 16, "S": 4096, "D": 64, "causal": False}, "bf16"),
+                  ({"B": 8, "H": 16, "S": 4096, "D": 64, "causal": True}, "bf16")],
+        "variants": {
+            "expert": [],
+            "broad": [(ATTN_TABLE, ATTN_BROAD)],
+            "nolpt": [("start_m = num_m - 1 - tl.program_id(0)", "start_m = tl.program_id(0)")],
+        },
+    },
+}
+
+
+def load_variant(name: str, variant: str, subs: list[tuple[str, str]], tmp: Path):
+    """expert.py of ``name`` with ``subs`` applied, imported from a temp file."""
+    src = (wl.WORKLOADS / name / "expert.py").read_text()
+    for old, new in subs:
+        if old not in src:
+            raise ValueError(f"substitution target not found: {old[:60]!r}")
+        src = src.replace(old, new)
+    path = tmp / f"{name}_{variant}.py"
+    path.write_text(src)
+    return wl.load_module(path, f"var_{name}_{variant}")
+
+
+def main() -> int:
+    """Run every plan (or those named), print the table, write results under --out."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workloads", nargs="*")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--dry", action="store_true", help="only apply the substitutions (no GPU)")
+    args = parser.parse_args()
+    names = args.workloads or list(PLANS)
+    if args.dry:
+        tmp = Path(tempfile.mkdtemp(prefix="variants_"))
+        for name in names:
+            for variant, subs in PLANS[name]["variants"].items():
+                load_variant(name, variant, subs, tmp)
+                print(f"{name} {variant}: ok")
+        return 0
+    out_rows: list[dict] = []
+    lines: list[str] = []
+    ceilings = wl.measure_ceilings()
+    print(f"# {torch.cuda.get_device_name(0)} ceilings {ceilings}", flush=True)
+    tmp = Path(tempfile.mkdtemp(prefix="variants_"))
+
+    def emit(line: str) -> None:
+        lines.append(line)
+        print(line, flush=True)
+        if args.out:
+            (args.out / "explore.txt").write_text("\n".join(lines) + "\n")
+
+    for name in names:
+        plan = PLANS[name]
+        refmod = wl.load_module(wl.WORKLOADS / name / "reference.py", f"ref_{name}")
+        modules = {}
+        for variant, subs in plan["variants"].items():
+            try:
+                modules[variant] = load_variant(name, variant, subs, tmp)
+            except Exception as exc:  # a variant that does not load is a result, not a crash
+                emit(f"{name:<13} {variant:<13} LOAD-FAIL {exc!r}"[:200])
+        for shape, dtype in plan["cases"]:
+            inputs = refmod.make_inputs(dict(shape), dtype, 0, device="cuda")
+            ref = refmod.reference(*inputs)
+            v = wl.time_cuda(lambda inputs=inputs, fn=refmod.vendor: fn(*inputs))
+            fl, by = refmod.flops(shape), refmod.bytes_moved(shape, dtype)
+            label = wl.shape_label(shape)
+            emit(f"{name:<13} {'VENDOR':<13} {label:<34} {dtype:<5} {v['ms_median']:9.4f} ms  "
+                 f"{fl / v['ms_median'] / 1e9:7.1f} TFLOP/s {by / v['ms_median'] / 1e9:6.3f} TB/s")
+            for variant, mod in modules.items():
+                t0 = time.time()
+                try:
+                    out = mod.run(*inputs)
+                    torch.cuda.synchronize()
+                    err = wl.rel_error(out, ref)
+                    del out
+                    k = wl.time_cuda(lambda mod=mod, inputs=inputs: mod.run(*inputs))
+                except Exception as exc:
+                    emit(f"{name:<13} {variant:<13} {label:<34} {dtype:<5} FAIL {exc!r}"[:300])
+                    continue
+                ms = k["ms_median"]
+                row = {"workload": name, "variant": variant, "shape": shape, "dtype": dtype, "ms": ms,
+                       "ms_p10": k["ms_p10"], "ms_p90": k["ms_p90"], "vendor_ms": v["ms_median"],
+                       "speedup": v["ms_median"] / ms, "tflops": fl / ms / 1e9, "tbps": by / ms / 1e9,
+                       "rel_err": err}
+                tuned = plan.get("tuned")
+                if tuned and hasattr(getattr(mod, tuned), "configs_timings"):
+                    kern = getattr(mod, tuned)
+                    row["best_config"] = str(kern.best_config)
+                    row["config_ms"] = {str(c): t[0] if isinstance(t, list) else t
+                                        for c, t in (kern.configs_timings or {}).items()}
+                out_rows.append(row)
+                extra = f" best={row['best_config']}" if "best_config" in row else ""
+                emit(f"{name:<13} {variant:<13} {label:<34} {dtype:<5} {ms:9.4f} ms  {row['tflops']:7.1f} "
+                     f"TFLOP/s {row['tbps']:6.3f} TB/s x{row['speedup']:.3f} err={err:.1e} "
+                     f"({time.time() - t0:.0f}s){extra}")
+                if args.out:
+                    with open(args.out / "explore.jsonl", "w") as fh:
+                        for r in out_rows:
+                            fh.write(json.dumps(r) + "\n")
+            del inputs, ref
+            torch.cuda.empty_cache()
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
