@@ -80,16 +80,23 @@ def _tl_names(node: ast.AST, al: Aliases) -> set[str]:
     return {f for f, _ in _calls(node, al)}
 
 
-def pid_derived(kernel: ast.FunctionDef, al: Aliases) -> set[str]:
-    """Names in a kernel whose value depends on ``tl.program_id`` (transitively through assignments)."""
+def derived_names(kernel: ast.FunctionDef, al: Aliases, source: str = "program_id") -> set[str]:
+    """Names in a kernel whose value depends on a ``tl.<source>`` call (transitively through
+    assignments and loop targets)."""
+    return pid_derived(kernel, al, source)
+
+
+def pid_derived(kernel: ast.FunctionDef, al: Aliases, source: str = "program_id") -> set[str]:
+    """Names in a kernel whose value depends on ``tl.program_id`` (transitively through assignments
+    and for-loop targets)."""
     derived: set[str] = set()
     changed = True
-    assigns = [n for n in ast.walk(kernel) if isinstance(n, (ast.Assign, ast.AugAssign))]
+    assigns = [n for n in ast.walk(kernel) if isinstance(n, (ast.Assign, ast.AugAssign, ast.For))]
     while changed:
         changed = False
         for a in assigns:
-            value = a.value
-            uses = any(tl_func(n, al) == "program_id" for n in ast.walk(value)) or \
+            value = a.iter if isinstance(a, ast.For) else a.value
+            uses = any(tl_func(n, al) == source for n in ast.walk(value)) or \
                 any(isinstance(n, ast.Name) and n.id in derived for n in ast.walk(value))
             if not uses:
                 continue

@@ -1,0 +1,352 @@
+"""Arithmetic operators: exp2, rsqrt, fp32-accumulate, dot-accumulate.
+
+Each rewrites single expressions in place into an equivalent form that is cheaper or more exact.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from typing import Any
+
+from klineage.transforms._source import Edit, apply_edits
+from klineage.transforms._triton import Kernel, is_tl_attr, kwarg, tl_func
+from klineage.transforms.features import accumulators, derived_names
+from klineage.transforms.operator import Anchor, Operator, Rewrite
+from klineage.transforms.operators._common import Module, anchor, parse
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+_ATOMIC = (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.Constant)
+
+
+def _paren(m: Module, node: ast.expr) -> str:
+    text = m.src.seg(node)
+    return text if isinstance(node, _ATOMIC) else f"({text})"
+
+
+def _is_exp2(m: Module, node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call) or len(node.args) != 1:
+        return False
+    if tl_func(node, m.al) == "exp2":
+        return True
+    name = node.func
+    return isinstance(name, ast.Attribute) and name.attr == "exp2" and is_tl_attr(name.value, m.al, "math")
+
+
+def _const_value(m: Module, node: ast.expr) -> float | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return float(node.value)
+    if isinstance(node, ast.Name):
+        for st in m.src.tree.body:
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) \
+                    and st.targets[0].id == node.id and isinstance(st.value, ast.Constant) \
+                    and isinstance(st.value.value, (int, float)):
+                return float(st.value.value)
+    return None
+
+
+class Exp2(Operator):
+    """``exp(x)`` as ``exp2(x * log2(e))``."""
+
+    id = "exp2"
+    name = "exp2 instead of exp"
+    intent = "Compute exponentials with the hardware exp2 instruction, folding log2(e) into a multiply."
+    carrier = "tl.exp calls rewritten as tl.exp2(x * 1.4426950408889634)"
+    anchor_predicate = "not uses_exp2 and (row_reduction or online_softmax or n_dots >= 2)"
+    anchor_description = "tl.exp calls in softmax-like code"
+
+    def _calls(self, m: Module, exp2: bool) -> list[ast.Call]:
+        out = []
+        for k in m.kernels:
+            for n in ast.walk(k.node):
+                if exp2 and _is_exp2(m, n) or not exp2 and tl_func(n, m.al) == "exp" and len(n.args) == 1:  # type: ignore
+                    out.append(n)
+        return out  # type: ignore[return-value]
+
+    def detect(self, source: str) -> list[Anchor]:
+        """exp2 calls (present); exp calls (applicable)."""
+        m = parse(source)
+        if m is None:
+            return []
+        return ([anchor("present", c, "exp2") for c in self._calls(m, True)] +
+                [anchor("applicable", c, "exp") for c in self._calls(m, False)])
+
+    def simplify(self, source: str) -> Rewrite | None:
+        """``exp2(a * LOG2E)`` -> ``exp(a)``; any other ``exp2(x)`` -> ``exp(x * ln 2)``."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits = []
+        for c in self._calls(m, True):
+            x = c.args[0]
+            text = None
+            if isinstance(x, ast.BinOp) and isinstance(x.op, ast.Mult):
+                for a, b in ((x.left, x.right), (x.right, x.left)):
+                    v = _const_value(m, b)
+                    if v is not None and math.isclose(v, LOG2E, rel_tol=1e-9):
+                        text = f"{m.tl}.exp({m.src.seg(a)})"
+                        break
+            if text is None:
+                text = f"{m.tl}.exp({_paren(m, x)} * {LN2})"
+            edits.append(Edit(*m.src.span(c), text))
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+
+    def apply(self, source: str, **params: Any) -> Rewrite | None:
+        """``exp(x)`` -> ``exp2(x * 1.4426950408889634)`` (``exp(x * ln 2)`` -> ``exp2(x)``)."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits = []
+        for c in self._calls(m, False):
+            x = c.args[0]
+            text = None
+            if isinstance(x, ast.BinOp) and isinstance(x.op, ast.Mult):
+                v = _const_value(m, x.right)
+                if v is not None and math.isclose(v, LN2, rel_tol=1e-9):
+                    text = f"{m.tl}.exp2({m.src.seg(x.left)})"
+            if text is None:
+                text = f"{m.tl}.exp2({_paren(m, x)} * {LOG2E})"
+            edits.append(Edit(*m.src.span(c), text))
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), dict(params), "apply")
+
+
+class Rsqrt(Operator):
+    """``1 / sqrt(x)`` as ``rsqrt(x)``."""
+
+    id = "rsqrt"
+    name = "rsqrt instead of 1/sqrt"
+    intent = "Replace a square root and a division by one reciprocal-square-root instruction."
+    carrier = "1.0 / tl.sqrt(x) (or y / tl.sqrt(x)) rewritten with tl.rsqrt"
+    anchor_predicate = "row_reduction and not uses_rsqrt"
+    anchor_description = "a division by tl.sqrt (normalization kernels)"
+
+    def detect(self, source: str) -> list[Anchor]:
+        """rsqrt calls (present); divisions by tl.sqrt (applicable)."""
+        m = parse(source)
+        if m is None:
+            return []
+        out = []
+        for k in m.kernels:
+            for n in ast.walk(k.node):
+                if tl_func(n, m.al) == "rsqrt":
+                    out.append(anchor("present", n, "rsqrt", k))
+                elif self._div(m, n):
+                    out.append(anchor("applicable", n, "division by tl.sqrt", k))
+        return out
+
+    @staticmethod
+    def _div(m: Module, n: ast.AST) -> bool:
+        return isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div) and tl_func(n.right, m.al) == "sqrt" \
+            and len(n.right.args) == 1  # type: ignore[attr-defined]
+
+    def simplify(self, source: str) -> Rewrite | None:
+        """``tl.rsqrt(x)`` -> ``(1.0 / tl.sqrt(x))``."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits = []
+        for k in m.kernels:
+            for n in ast.walk(k.node):
+                if tl_func(n, m.al) == "rsqrt" and len(n.args) == 1:  # type: ignore[attr-defined]
+                    parent = m.src.parent(n)
+                    text = f"1.0 / {m.tl}.sqrt({m.src.seg(n.args[0])})"  # type: ignore[attr-defined]
+                    if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Attribute, ast.Subscript)):
+                        text = f"({text})"
+                    edits.append(Edit(*m.src.span(n), text))
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+
+    def apply(self, source: str, **params: Any) -> Rewrite | None:
+        """``1 / tl.sqrt(x)`` -> ``tl.rsqrt(x)``; ``y / tl.sqrt(x)`` -> ``y * tl.rsqrt(x)``."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits = []
+        for k in m.kernels:
+            for n in ast.walk(k.node):
+                if self._div(m, n):
+                    arg = m.src.seg(n.right.args[0])  # type: ignore[attr-defined]
+                    left = n.left  # type: ignore[attr-defined]
+                    if isinstance(left, ast.Constant) and left.value == 1:
+                        text = f"{m.tl}.rsqrt({arg})"
+                        if isinstance(m.src.parent(n), (ast.BinOp, ast.UnaryOp)):
+                            text = f"({text})" if False else text
+                    else:
+                        text = f"{m.src.seg(left)} * {m.tl}.rsqrt({arg})"
+                        if isinstance(m.src.parent(n), (ast.BinOp, ast.UnaryOp, ast.Attribute, ast.Subscript)):
+                            text = f"({text})"
+                    edits.append(Edit(*m.src.span(n), text))
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), dict(params), "apply")
+
+
+def _is_upcast(m: Module, n: ast.AST) -> bool:
+    return (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "to" and len(n.args) == 1
+            and is_tl_attr(n.args[0], m.al, "float32"))
+
+
+class Fp32Accumulate(Operator):
+    """Accumulate in fp32 whatever the storage dtype."""
+
+    id = "fp32-accumulate"
+    name = "fp32 accumulation"
+    intent = "Upcast loaded values and accumulators to fp32 so reductions and dot products keep precision."
+    carrier = ".to(tl.float32) on loads and dtype=tl.float32 accumulators (downcast at the store)"
+    anchor_predicate = "(has_dot or row_reduction) and not fp32_accumulate"
+    anchor_description = "loads feeding reductions, or accumulators in the storage dtype"
+
+    def _upcast_loads(self, m: Module) -> list[ast.Call]:
+        return [n for k in m.kernels for n in ast.walk(k.node)
+                if _is_upcast(m, n) and tl_func(n.func.value, m.al) == "load"]  # type: ignore
+
+    def _fp32_accs(self, m: Module) -> list[tuple[Kernel, ast.Call, ast.expr, str]]:
+        out = []
+        for k in m.kernels:
+            accs = set(accumulators(k, m.al))
+            for st in ast.walk(k.node):
+                if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) \
+                        and st.targets[0].id in accs and tl_func(st.value, m.al) in ("zeros", "full"):
+                    call = st.value
+                    dt = kwarg(call, "dtype")  # type: ignore[arg-type]
+                    if dt is None and tl_func(call, m.al) == "full" and len(call.args) >= 3:  # type: ignore
+                        dt = call.args[2]  # type: ignore[attr-defined]
+                    if dt is not None and is_tl_attr(dt, m.al, "float32"):
+                        out.append((k, call, dt, st.targets[0].id))  # type: ignore[arg-type]
+        return out
+
+    def _vector_loads(self, m: Module) -> list[ast.Call]:
+        out = []
+        for k in m.kernels:
+            if any(tl_func(n, m.al) == "dot" for n in ast.walk(k.node)):
+                continue
+            vec = derived_names(k.node, m.al, "arange")
+            for n in ast.walk(k.node):
+                if tl_func(n, m.al) == "load" and n.args and not _is_upcast(m, m.src.parent(n)) and \
+                        any(isinstance(x, ast.Name) and x.id in vec for x in ast.walk(n.args[0])):  # type: ignore
+                    parent = m.src.parent(n)
+                    if isinstance(parent, ast.Attribute) and parent.attr == "to":
+                        continue
+                    out.append(n)
+        return out  # type: ignore[return-value]
+
+    def detect(self, source: str) -> list[Anchor]:
+        """fp32 upcasts / dot accumulators (present); vector loads of row kernels (applicable)."""
+        m = parse(source)
+        if m is None:
+            return []
+        out = [anchor("present", c, "load upcast to fp32") for c in self._upcast_loads(m)]
+        out += [anchor("present", c, f"fp32 accumulator {name}", k) for k, c, _, name in self._fp32_accs(m)]
+        if not out:
+            out = [anchor("applicable", c, "load in the storage dtype") for c in self._vector_loads(m)]
+        return out
+
+    def simplify(self, source: str) -> Rewrite | None:
+        """Drop ``.to(tl.float32)`` on loads; tl.dot accumulators take the dtype of the first pointer
+        parameter (and tl.dot gets the same out_dtype)."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits = [Edit(*m.src.span(c), m.src.seg(c.func.value)) for c in self._upcast_loads(m)]  # type: ignore
+        for k, _call, dt, name in self._fp32_accs(m):
+            ptr = next((p.name for p in k.params if "ptr" in p.name.lower()), None)
+            if ptr is None:
+                continue
+            elt = f"{ptr}.dtype.element_ty"
+            edits.append(Edit(*m.src.span(dt), elt))
+            for n in ast.walk(k.node):
+                if tl_func(n, m.al) == "dot" and kwarg(n, "out_dtype") is None:  # type: ignore[arg-type]
+                    end = m.src.span(n)[1] - 1
+                    edits.append(Edit(end, end, f", out_dtype={elt}"))
+            _ = name
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+
+    def apply(self, source: str, **params: Any) -> Rewrite | None:
+        """Upcast vector loads of non-dot kernels to fp32 (stores downcast implicitly)."""
+        m = parse(source)
+        if m is None or self._upcast_loads(m) or self._fp32_accs(m):
+            return None
+        edits = [Edit(*m.src.span(c), f"{m.src.seg(c)}.to({m.tl}.float32)") for c in self._vector_loads(m)]
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), dict(params), "apply")
+
+
+class DotAccumulate(Operator):
+    """``acc = tl.dot(a, b, acc)`` instead of ``acc += tl.dot(a, b)``."""
+
+    id = "dot-accumulate"
+    name = "Accumulate inside tl.dot"
+    intent = "Pass the accumulator to tl.dot so the MMA accumulates in place instead of a separate add."
+    carrier = "acc += tl.dot(a, b) rewritten as acc = tl.dot(a, b, acc)"
+    anchor_predicate = "has_dot and not dot_accumulate"
+    anchor_description = "a tl.dot result added to an accumulator"
+
+    def _forms(self, m: Module) -> tuple[list[ast.Call], list[tuple[ast.stmt, str, ast.Call, str]]]:
+        present, applicable = [], []
+        for k in m.kernels:
+            for n in ast.walk(k.node):
+                if tl_func(n, m.al) == "dot" and (len(n.args) >= 3 or kwarg(n, "acc") is not None):  # type: ignore
+                    present.append(n)
+                if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and tl_func(n.value, m.al) == "dot" \
+                        and len(n.value.args) == 2 and not n.value.keywords:  # type: ignore[attr-defined]
+                    applicable.append((n, m.src.seg(n.target), n.value, m.src.seg(n.target)))
+                elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.value, ast.BinOp) \
+                        and isinstance(n.value.op, ast.Add):
+                    for d, other in ((n.value.right, n.value.left), (n.value.left, n.value.right)):
+                        if tl_func(d, m.al) == "dot" and len(d.args) == 2 and not d.keywords:  # type: ignore
+                            applicable.append((n, m.src.seg(n.targets[0]), d, m.src.seg(other)))  # type: ignore
+                            break
+        return present, applicable  # type: ignore[return-value]
+
+    def detect(self, source: str) -> list[Anchor]:
+        """tl.dot with an accumulator argument (present); ``acc += tl.dot(...)`` (applicable)."""
+        m = parse(source)
+        if m is None:
+            return []
+        present, applicable = self._forms(m)
+        return ([anchor("present", c, "tl.dot accumulates in place") for c in present] +
+                [anchor("applicable", st, f"{t} += tl.dot(...)") for st, t, _, _ in applicable])
+
+    def simplify(self, source: str) -> Rewrite | None:
+        """``x = tl.dot(a, b, acc)`` -> ``x = acc + tl.dot(a, b)`` (``x += tl.dot(a, b)`` when x is acc)."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits = []
+        for c in self._forms(m)[0]:
+            acc = c.args[2] if len(c.args) >= 3 else kwarg(c, "acc")
+            assert acc is not None
+            kws = [m.src.seg(kw) for kw in c.keywords if kw.arg != "acc"]
+            dot = f"{m.src.seg(c.func)}({', '.join([m.src.seg(a) for a in c.args[:2]] + kws)})"
+            st = m.src.parent(c)
+            if isinstance(st, ast.Assign) and st.value is c and len(st.targets) == 1 and \
+                    m.src.seg(st.targets[0]) == m.src.seg(acc):
+                edits.append(Edit(*m.src.span(st), f"{m.src.seg(acc)} += {dot}"))
+            else:
+                edits.append(Edit(*m.src.span(c), f"({_paren(m, acc)} + {dot})" if not isinstance(st, ast.Assign)
+                                  else f"{_paren(m, acc)} + {dot}"))
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+
+    def apply(self, source: str, **params: Any) -> Rewrite | None:
+        """``acc += tl.dot(a, b)`` / ``acc = e + tl.dot(a, b)`` -> ``acc = tl.dot(a, b, e)``."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits = []
+        for st, target, d, acc in self._forms(m)[1]:
+            dot = f"{m.src.seg(d.func)}({m.src.seg(d.args[0])}, {m.src.seg(d.args[1])}, {acc})"
+            edits.append(Edit(*m.src.span(st), f"{target} = {dot}"))
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), dict(params), "apply")
