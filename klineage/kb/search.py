@@ -1,0 +1,552 @@
+"""Hybrid skill search with explanations (DESIGN.md, "Retrieval").
+
+The pipeline is a few small, composable pieces:
+
+1. **Retrievers** each return skill ids, best first: ``vector_ranking`` (cosine over skill
+   embeddings, queried with the text, or the kernel's summary when there is no text),
+   ``fulltext_ranking`` (BM25 over name/intent/anchor text) and ``anchor_ranking`` (the skill's
+   anchor predicate evaluated on the kernel's static features: true = match, unknown = weak match,
+   false = not a candidate).
+2. **Fusion**: ``reciprocal_rank_fusion`` (k = 60); relevance is the fused score divided by the
+   best possible one, so it lies in (0, 1]. A context-only search (no text, no kernel) takes every
+   skill with relevance 1.
+3. **Conditions**: every candidate's anchor, VALID_WHEN and PROFITABLE_WHEN conditions are
+   evaluated (three-valued) against the context's problem features plus the kernel's features.
+   Applicability: NOT_APPLICABLE when a VALID_WHEN condition or the anchor is false; APPLICABLE
+   when all are true; otherwise UNKNOWN.
+4. **Ranking**: ``score = relevance × expected gain × confidence``. Expected gain is the measured
+   speedup at the evidence shape nearest to the context's shape (log-distance over the shape
+   features both have; a different dtype counts as a distance of 0.5), or the skill's median
+   speedup when the context has no comparable shape, or 1.0 when unmeasured; when a
+   PROFITABLE_WHEN condition is false the expected gain is capped at 1.0 (the induced rule says it
+   did not pay there). Confidence is (support + 1) / (support + 2) over evidence steps (Laplace's
+   rule of succession). NOT_APPLICABLE hits always come after the others and score 0.
+
+Every hit carries its explanation: each condition with its verdict and deciding clause, the
+evidence steps with per-shape speedups (and the sample flag of test fixtures), and the risks.
+
+``SkillCatalog`` holds everything the ranking needs for a set of skills, loaded with a fixed
+number of batched store calls (conditions of all skills in one ``neighbors`` call per kind);
+``kb.service`` caches it while the store's ``state_token`` is unchanged.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from klineage.kb.conditions import CompiledCondition, ConditionError, Verdict, parse_condition
+from klineage.kb.features import FeatureError, kernel_feature_values, problem_features
+from klineage.kb.store import GraphStore
+from klineage.schema.graph import Node
+from klineage.schema.graph_spec import FULLTEXT_INDEXES
+from klineage.schema.lineage_document import step_speedups
+from klineage.schema.records import Condition, Evidence, Risk, Skill
+
+APPLICABLE = "APPLICABLE"
+NOT_APPLICABLE = "NOT_APPLICABLE"
+UNKNOWN = "UNKNOWN"
+
+RRF_K = 60
+DTYPE_MISMATCH_DISTANCE = 0.5
+MIN_CANDIDATES = 50
+FULLTEXT_INDEX = FULLTEXT_INDEXES[0].name
+
+_FALSE, _UNKNOWN, _TRUE = 0, 1, 2  # Kleene truth values as ordered codes: AND is min, OR is max
+_SHAPE_FEATURES = ("M", "N", "K", "B", "H", "S", "D", "rows", "cols", "vocab")
+
+
+class SearchError(ValueError):
+    """A search that cannot be answered as asked (nothing to search for, a bad context); says why."""
+
+
+@dataclass(frozen=True)
+class ConditionCheck:
+    """One condition of a hit, evaluated: ``kind`` is "anchor", "valid" or "profitable"."""
+
+    kind: str
+    expr: str
+    value: bool | None
+    decided_by: str
+    unknown: tuple[str, ...] = ()
+    error: str | None = None
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        """``"passed"``, ``"failed"`` or ``"unknown"``."""
+        return {True: "passed", False: "failed", None: "unknown"}[self.value]
+
+    def explain(self) -> str:
+        """One line: the condition and, unless it simply held, which clause decided and on what values."""
+        head = f"{self.kind}: {self.expr}"
+        if self.value is True:
+            return head
+        shown = ", ".join(f"{k}={v!r}" for k, v in sorted(self.values.items()))
+        if self.value is False:
+            where = f"`{self.decided_by}` is false" + (f" with {shown}" if shown else "")
+            return f"{head} — {where}"
+        if self.error:
+            return f"{head} — cannot evaluate: {self.error}"
+        return f"{head} — `{self.decided_by}` unknown: missing {', '.join(self.unknown) or 'features'}"
+
+
+@dataclass(frozen=True)
+class SkillHit:
+    """One search result with its explanation.
+
+    ``applicable`` is APPLICABLE, NOT_APPLICABLE or UNKNOWN; ``score`` = relevance ×
+    expected_gain × confidence (0 for NOT_APPLICABLE); ``gain_basis`` says where the expected
+    gain came from; ``passed``/``failed``/``unknown`` are ``ConditionCheck.explain()`` lines.
+    """
+
+    skill: Skill
+    score: float
+    applicable: str
+    relevance: float
+    expected_gain: float
+    confidence: float
+    gain_basis: str
+    checks: tuple[ConditionCheck, ...]
+    evidence: tuple[Evidence, ...]
+    risks: tuple[Risk, ...]
+
+    @property
+    def passed(self) -> tuple[str, ...]:
+        """Explanations of the conditions that held."""
+        return tuple(c.explain() for c in self.checks if c.value is True)
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        """Explanations of the conditions that were false, with the deciding clause."""
+        return tuple(c.explain() for c in self.checks if c.value is False)
+
+    @property
+    def unknown(self) -> tuple[str, ...]:
+        """Explanations of the conditions that could not be decided, with the missing features."""
+        return tuple(c.explain() for c in self.checks if c.value is None)
+
+
+@dataclass(frozen=True)
+class _Point:
+    shape: Mapping[str, Any]
+    dtype: str
+    speedup: float
+
+
+def _confidence(support: int) -> float:
+    return (support + 1) / (support + 2)
+
+
+def _compile(expr: str) -> CompiledCondition | ConditionError:
+    try:
+        return parse_condition(expr)
+    except ConditionError as exc:  # a stored condition not written through ingest: report, do not crash
+        return exc
+
+
+class SkillCatalog:
+    """Skills with their conditions, anchors, evidence and risks, arranged for vectorized ranking.
+
+    Distinct expressions are compiled once; per query each is evaluated once, and per-skill Kleene
+    ANDs over VALID_WHEN / PROFITABLE_WHEN codes are numpy ``minimum.reduceat`` over index arrays.
+    """
+
+    def __init__(self, skills: Sequence[Skill], valid: Mapping[str, Sequence[Condition]],
+                 profitable: Mapping[str, Sequence[Condition]], risks: Mapping[str, Sequence[Risk]],
+                 evidence: Mapping[str, Sequence[Evidence]]) -> None:
+        ordered = sorted(skills, key=lambda s: s.id)
+        self.skills: list[Skill] = ordered
+        self.ids: list[str] = [s.id for s in ordered]
+        self.position: dict[str, int] = {sid: i for i, sid in enumerate(self.ids)}
+        self.exprs: list[str] = [""]  # slot 0: the constant TRUE (no anchor; segment sentinel)
+        self.compiled: list[CompiledCondition | ConditionError | None] = [None]
+        self._slot: dict[str, int] = {}
+        self.valid = [tuple(valid.get(sid, ())) for sid in self.ids]
+        self.profitable = [tuple(profitable.get(sid, ())) for sid in self.ids]
+        self.risks = [tuple(risks.get(sid, ())) for sid in self.ids]
+        self.evidence = [tuple(evidence.get(sid, ())) for sid in self.ids]
+        self.anchor_slot = np.asarray([self._intern(s.anchor.predicate) for s in ordered], dtype=np.int64)
+        self.valid_flat, self.valid_ptr = self._segments(self.valid)
+        self.profit_flat, self.profit_ptr = self._segments(self.profitable)
+        self.points: list[tuple[_Point, ...]] = [
+            tuple(_Point(dict(x.get("shape") or {}), str(x.get("dtype", "")), float(x["speedup"]))
+                  for e in evs for x in e.speedups if _finite(x.get("speedup")))
+            for evs in self.evidence]
+        medians, highs = [], []
+        for skill, pts in zip(ordered, self.points, strict=True):
+            values = [p.speedup for p in pts]
+            median = skill.effect.median if skill.effect.median is not None else (
+                statistics.median(values) if values else 1.0)
+            medians.append(float(median))
+            highs.append(max([float(median), *values]))
+        self.median_gain = np.asarray(medians, dtype=np.float64)
+        self.max_gain = np.asarray(highs, dtype=np.float64)
+        self.confidence = np.asarray([_confidence(s.support_steps) for s in ordered], dtype=np.float64)
+        self._verdicts: dict[tuple[Any, ...], tuple[np.ndarray, list[Verdict | None]]] = {}
+
+    def _intern(self, expr: str) -> int:
+        text = (expr or "").strip()
+        if not text:
+            return 0
+        slot = self._slot.get(text)
+        if slot is None:
+            slot = len(self.exprs)
+            self._slot[text] = slot
+            self.exprs.append(text)
+            self.compiled.append(_compile(text))
+        return slot
+
+    def slot_of(self, expr: str) -> int:
+        """The slot of an expression of this catalog (0 for an empty one)."""
+        return self._slot.get((expr or "").strip(), 0)
+
+    def _segments(self, per_skill: Sequence[Sequence[Condition]]) -> tuple[np.ndarray, np.ndarray]:
+        flat: list[int] = []
+        ptr: list[int] = []
+        for conditions in per_skill:
+            ptr.append(len(flat))
+            flat.append(0)  # the TRUE sentinel keeps every segment non-empty
+            flat.extend(self._intern(c.expr) for c in conditions)
+        return np.asarray(flat, dtype=np.int64), np.asarray(ptr, dtype=np.int64)
+
+    @staticmethod
+    def load(store: GraphStore, ids: Sequence[str] | None = None) -> SkillCatalog:
+        """Load every skill (``ids`` None) or the given ones, with a fixed number of batched calls:
+        the skills, then one ``neighbors`` call each for VALID_WHEN, PROFITABLE_WHEN, RISKS and
+        evidence steps, and one ``get_many`` for the evidence steps' lineages."""
+        if ids is None:
+            nodes = store.find("Skill")
+        else:
+            wanted = sorted(set(ids))
+            nodes = [n for n in store.get_many("Skill", wanted) if n is not None] if wanted else []
+        skills = [Skill.from_node(_without_embedding(n)) for n in nodes]
+        skill_ids = [s.id for s in skills]
+        if not skill_ids:
+            return SkillCatalog([], {}, {}, {}, {})
+        valid = store.neighbors(skill_ids, "VALID_WHEN")
+        profitable = store.neighbors(skill_ids, "PROFITABLE_WHEN")
+        risks = store.neighbors(skill_ids, "RISKS")
+        steps = store.neighbors(skill_ids, "REVERSES_INTO", "in")
+        return SkillCatalog(
+            skills,
+            {k: [Condition.from_node(n) for _, n in v] for k, v in valid.items()},
+            {k: [Condition.from_node(n) for _, n in v] for k, v in profitable.items()},
+            {k: [Risk.from_node(n) for _, n in v] for k, v in risks.items()},
+            evidence_records(store, {k: [n for _, n in v] for k, v in steps.items()}),
+        )
+
+    def verdicts(self, env: Mapping[str, Any]) -> tuple[np.ndarray, list[Verdict | None]]:
+        """Every distinct expression evaluated on ``env``: Kleene codes and verdicts (cached per env)."""
+        key = tuple(sorted(env.items()))
+        found = self._verdicts.get(key)
+        if found is not None:
+            return found
+        codes = np.empty(len(self.exprs), dtype=np.int8)
+        verdicts: list[Verdict | None] = [None] * len(self.exprs)
+        codes[0] = _TRUE
+        for slot in range(1, len(self.exprs)):
+            compiled = self.compiled[slot]
+            if isinstance(compiled, ConditionError):
+                verdict = Verdict(None, self.exprs[slot], (), compiled.message)
+            else:
+                assert compiled is not None
+                verdict = compiled.evaluate(env)
+            verdicts[slot] = verdict
+            codes[slot] = _TRUE if verdict.value is True else _FALSE if verdict.value is False else _UNKNOWN
+        if len(self._verdicts) > 256:
+            self._verdicts.clear()
+        self._verdicts[key] = (codes, verdicts)
+        return codes, verdicts
+
+    def kleene(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per skill: anchor code, AND of VALID_WHEN codes, AND of PROFITABLE_WHEN codes."""
+        if not self.ids:
+            empty = np.zeros(0, dtype=np.int8)
+            return empty, empty, empty
+        anchor = codes[self.anchor_slot]
+        valid = np.minimum.reduceat(codes[self.valid_flat], self.valid_ptr)
+        profit = np.minimum.reduceat(codes[self.profit_flat], self.profit_ptr)
+        return anchor, valid, profit
+
+    def check(self, kind: str, slot: int, verdicts: Sequence[Verdict | None], env: Mapping[str, Any]
+              ) -> ConditionCheck:
+        """The explained verdict of expression ``slot`` for one condition of ``kind``."""
+        verdict = verdicts[slot]
+        assert verdict is not None
+        values: dict[str, Any] = {}
+        if verdict.value is False:
+            decider = _compile(verdict.decided_by)
+            names = decider.names if isinstance(decider, CompiledCondition) else frozenset()
+            values = {n: env[n] for n in names if env.get(n) is not None}
+        return ConditionCheck(kind, self.exprs[slot], verdict.value, verdict.decided_by, verdict.unknown,
+                              verdict.error, values)
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) and value > 0
+
+
+def _without_embedding(node: Node) -> Node:
+    return Node(node.label, node.id, {k: v for k, v in node.props.items() if k != "embedding"})
+
+
+def evidence_records(store: GraphStore, steps_by_skill: Mapping[str, Sequence[Node]]
+                     ) -> dict[str, list[Evidence]]:
+    """Evidence records for each skill's evidence steps (one ``get_many`` for their lineages),
+    ordered by workload, lineage and step index."""
+    lineage_ids = sorted({str(s.props.get("lineage_id")) for steps in steps_by_skill.values() for s in steps
+                          if s.props.get("lineage_id")})
+    found = store.get_many("Lineage", lineage_ids) if lineage_ids else []
+    lineages = {lid: node for lid, node in zip(lineage_ids, found, strict=True) if node is not None}
+    out: dict[str, list[Evidence]] = {}
+    for skill_id, steps in steps_by_skill.items():
+        records = []
+        for step in steps:
+            lid = str(step.props.get("lineage_id", ""))
+            lineage = lineages.get(lid)
+            lp = lineage.props if lineage is not None else {}
+            speedups = tuple(step_speedups(step.props))
+            workload = str(lp.get("workload", ""))
+            records.append((workload, lid, int(step.props.get("index") or 0), Evidence(
+                lineage_id=lid, step_id=step.id, workload=workload, gpu=str(lp.get("gpu", "")),
+                speedups=speedups, sample=bool(step.props.get("sample", False) or lp.get("sample", False)))))
+        out[skill_id] = [r for *_, r in sorted(records, key=lambda r: r[:3])]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# retrievers and fusion
+
+
+def vector_ranking(store: GraphStore, vector: Sequence[float], k: int) -> list[str]:
+    """Skill ids by cosine similarity of their embedding to ``vector``, best first."""
+    return [hit.node.id for hit in store.vector_top_k("Skill", "embedding", vector, k)]
+
+
+def fulltext_ranking(store: GraphStore, text: str, k: int) -> list[str]:
+    """Skill ids by full-text (BM25 / Lucene) match of ``text`` on name, intent and anchor text."""
+    return [hit.node.id for hit in store.fulltext_top_k(FULLTEXT_INDEX, text, k)]
+
+
+def anchor_ranking(catalog: SkillCatalog, anchor_codes: np.ndarray, k: int) -> list[str]:
+    """Skills whose anchor holds on the kernel (true first, then unknown = weak), each group by
+    median gain × confidence; skills whose anchor is false are left out."""
+    if not catalog.ids:
+        return []
+    keep = np.flatnonzero(anchor_codes != _FALSE)
+    strength = (catalog.median_gain * catalog.confidence)[keep]
+    order = np.lexsort((keep, -strength, -anchor_codes[keep].astype(np.int64)))
+    return [catalog.ids[i] for i in keep[order][:k]]
+
+
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> dict[str, float]:
+    """Fuse ranked id lists: each id scores the sum over lists of 1 / (k + rank), rank from 1."""
+    fused: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, item in enumerate(ranking, start=1):
+            fused[item] = fused.get(item, 0.0) + 1.0 / (k + rank)
+    return fused
+
+
+# ------------------------------------------------------------------------------------------------
+# expected gain
+
+
+def nearest_shape_gain(points: Sequence[_Point], env: Mapping[str, Any]) -> tuple[float, str] | None:
+    """The measured speedup at the evidence shape nearest to the context's shape, and a description;
+    None when no evidence shape shares a shape feature with the context. Distance: sum over shared
+    shape features of |log(context / measured)|, plus 0.5 for a different dtype; equally near
+    points give their median."""
+    best: float | None = None
+    chosen: list[_Point] = []
+    dtype = env.get("dtype")
+    for point in points:
+        distance = 0.0
+        shared = 0
+        for name in _SHAPE_FEATURES:
+            want, have = env.get(name), point.shape.get(name)
+            if _finite(want) and _finite(have):
+                distance += abs(math.log(float(want) / float(have)))
+                shared += 1
+        if not shared:
+            continue
+        if dtype is not None and point.dtype and point.dtype != dtype:
+            distance += DTYPE_MISMATCH_DISTANCE
+        if best is None or distance < best - 1e-12:
+            best, chosen = distance, [point]
+        elif abs(distance - best) <= 1e-12:
+            chosen.append(point)
+    if best is None:
+        return None
+    gain = float(statistics.median(p.speedup for p in chosen))
+    shape = ", ".join(f"{k}={v}" for k, v in chosen[0].shape.items())
+    return gain, f"{gain:.3g}× measured at the nearest shape ({shape}, {chosen[0].dtype})"
+
+
+def _has_shape(env: Mapping[str, Any]) -> bool:
+    return any(_finite(env.get(n)) for n in _SHAPE_FEATURES)
+
+
+# ------------------------------------------------------------------------------------------------
+# the search
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """A checked search request: text, problem features, kernel features, kernel summary, limit."""
+
+    text: str | None
+    problem: Mapping[str, Any]
+    kernel: Mapping[str, Any] | None
+    kernel_summary: str | None
+    limit: int
+
+    @property
+    def env(self) -> dict[str, Any]:
+        """The features conditions are evaluated on: the kernel's, then the context's (which win)."""
+        return {**(self.kernel or {}), **self.problem}
+
+    @property
+    def context_only(self) -> bool:
+        """True when there is neither text, nor a kernel summary, nor kernel features."""
+        return not self.text and not self.kernel_summary and self.kernel is None
+
+
+def make_request(text: str | None = None, context: Mapping[str, Any] | None = None,
+                 kernel_features: Mapping[str, Any] | None = None, kernel_summary: str | None = None,
+                 limit: int = 10) -> SearchRequest:
+    """Check and normalize search arguments; SearchError when there is nothing to search for or an
+    argument is malformed (unknown context feature, bad value, limit < 1)."""
+    if text is not None and not isinstance(text, str):
+        raise SearchError(f"text: expected a string, got {type(text).__name__}")
+    if context is not None and not isinstance(context, Mapping):
+        raise SearchError("context: expected a mapping of feature name to value, "
+                          "e.g. {'M': 4096, 'dtype': 'bf16'}")
+    if kernel_features is not None and not isinstance(kernel_features, Mapping):
+        raise SearchError("kernel_features: expected a mapping of kernel feature name to value")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise SearchError(f"limit: expected a positive integer, got {limit!r}")
+    clean_text = text.strip() if text and text.strip() else None
+    summary = kernel_summary.strip() if isinstance(kernel_summary, str) and kernel_summary.strip() else None
+    if clean_text is None and not context and kernel_features is None and summary is None:
+        raise SearchError("nothing to search for: give a text, a context (problem features such as "
+                          "{'M': 4096, 'dtype': 'bf16'}) or a kernel")
+    try:
+        problem = problem_features(context)
+    except FeatureError as exc:
+        raise SearchError(f"context: {exc}") from exc
+    kernel = kernel_feature_values(kernel_features) if kernel_features is not None else None
+    return SearchRequest(clean_text, problem, kernel, summary, limit)
+
+
+def search_skills(request: SearchRequest, store: GraphStore, catalog_for: Callable[[Sequence[str] | None],
+                  SkillCatalog], embed_query: Callable[[str], Sequence[float]] | None) -> list[SkillHit]:
+    """Run ``request``: retrieve, fuse, evaluate conditions, rank, explain (module docstring).
+
+    ``catalog_for(None)`` must return the catalog of every skill, ``catalog_for(ids)`` one holding at
+    least ``ids``; ``embed_query`` embeds a query text (None disables the vector retriever).
+    """
+    depth = max(MIN_CANDIDATES, request.limit * 5)
+    rankings: list[list[str]] = []
+    query_text = request.text or request.kernel_summary
+    if query_text and embed_query is not None:
+        rankings.append(vector_ranking(store, embed_query(query_text), depth))
+    if request.text:
+        rankings.append(fulltext_ranking(store, request.text, depth))
+    need_all = request.context_only or request.kernel is not None
+    catalog = catalog_for(None if need_all else sorted({i for r in rankings for i in r}))
+    if not catalog.ids:
+        return []
+    env = request.env
+    codes, verdicts = catalog.verdicts(env)
+    anchor, valid, profit = catalog.kleene(codes)
+    n = len(catalog.ids)
+    if request.context_only:
+        relevance = np.ones(n, dtype=np.float64)
+        candidates = np.arange(n)
+    else:
+        if request.kernel is not None:
+            rankings.append(anchor_ranking(catalog, anchor, depth))
+        fused = reciprocal_rank_fusion(rankings)
+        best = sum(1.0 / (RRF_K + 1) for r in rankings if r) or 1.0
+        relevance = np.zeros(n, dtype=np.float64)
+        for skill_id, value in fused.items():
+            pos = catalog.position.get(skill_id)
+            if pos is not None:
+                relevance[pos] = value / best
+        candidates = np.flatnonzero(relevance > 0)
+    if candidates.size == 0:
+        return []
+    not_applicable = (valid == _FALSE) | (anchor == _FALSE)
+    applicable = (valid == _TRUE) & (anchor == _TRUE)
+    cap = profit == _FALSE
+    shaped = _has_shape(env)
+    base = relevance * catalog.confidence
+    upper_gain = catalog.max_gain if shaped else catalog.median_gain
+    upper_gain = np.where(cap, np.minimum(upper_gain, 1.0), upper_gain)
+    tier = not_applicable.astype(np.int64)
+    upper = base * upper_gain
+    order = candidates[np.lexsort((candidates, -upper[candidates], tier[candidates]))]
+
+    # exact expected gain only where it can still change the top `limit` (upper bound = max speedup)
+    best_keys: list[tuple[int, float, int]] = []
+    exact: dict[int, tuple[float, str]] = {}
+    for i in order:
+        i = int(i)
+        optimistic = (int(tier[i]), -float(upper[i]), i)
+        if len(best_keys) >= request.limit and optimistic > best_keys[request.limit - 1]:
+            break  # every remaining candidate's best possible key is worse than the current last hit
+        gain, basis = _expected_gain(catalog, i, env, shaped, bool(cap[i]))
+        exact[i] = (gain, basis)
+        bisect.insort(best_keys, (int(tier[i]), -float(base[i] * gain), i))
+        del best_keys[request.limit:]
+
+    hits = []
+    for t, neg_score, i in best_keys:
+        gain, basis = exact[i]
+        state = NOT_APPLICABLE if t else (APPLICABLE if applicable[i] else UNKNOWN)
+        checks = _checks(catalog, i, verdicts, env)
+        hits.append(SkillHit(
+            skill=catalog.skills[i], score=0.0 if t else -neg_score, applicable=state,
+            relevance=float(relevance[i]), expected_gain=gain, confidence=float(catalog.confidence[i]),
+            gain_basis=basis, checks=checks, evidence=catalog.evidence[i], risks=catalog.risks[i]))
+    return hits
+
+
+def _expected_gain(catalog: SkillCatalog, i: int, env: Mapping[str, Any], shaped: bool, cap: bool
+                   ) -> tuple[float, str]:
+    found = nearest_shape_gain(catalog.points[i], env) if shaped else None
+    if found is not None:
+        gain, basis = found
+    elif catalog.skills[i].effect.n or catalog.points[i]:
+        gain = float(catalog.median_gain[i])
+        shapes = catalog.skills[i].effect.n or len(catalog.points[i])
+        basis = f"{gain:.3g}× median over {shapes} measured shape(s)"
+    else:
+        gain, basis = 1.0, "unmeasured: no timings behind this skill"
+    if cap and gain > 1.0:
+        gain, basis = 1.0, basis + "; capped at 1.0× because a PROFITABLE_WHEN condition is false"
+    return gain, basis
+
+
+def _checks(catalog: SkillCatalog, i: int, verdicts: Sequence[Verdict | None], env: Mapping[str, Any]
+            ) -> tuple[ConditionCheck, ...]:
+    out: list[ConditionCheck] = []
+    slot = int(catalog.anchor_slot[i])
+    if slot:
+        out.append(catalog.check("anchor", slot, verdicts, env))
+    for kind, conditions in (("valid", catalog.valid[i]), ("profitable", catalog.profitable[i])):
+        for condition in conditions:
+            slot = catalog.slot_of(condition.expr)
+            if slot:
+                out.append(catalog.check(kind, slot, verdicts, env))
+    return tuple(out)

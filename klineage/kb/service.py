@@ -1,0 +1,385 @@
+"""The knowledge-base service: the one set of functions GraphQL, an MCP server and the CLI all call.
+
+``KnowledgeBase`` wraps a ``GraphStore`` (and an ``Embedder`` for skill and query embeddings) and
+returns schema records (``Skill``, ``Condition``, ``Risk``, ``Evidence``, ``Application``) or the
+small frozen dataclasses defined here and in ``kb.search``. Lookups that a GraphQL DataLoader
+batches (``conditions``, ``risks``, ``evidence``, ``enables``, ``gate_runs``) take many ids and cost
+a fixed number of store calls, whatever the number of ids.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from klineage.kb.conditions import ConditionError, validate_condition
+from klineage.kb.search import (
+    SearchError,
+    SkillCatalog,
+    SkillHit,
+    evidence_records,
+    make_request,
+    search_skills,
+)
+from klineage.kb.store import GraphStore, LineageView
+from klineage.schema.graph import GraphBatch, Node, Relationship
+from klineage.schema.ids import kernel_sha
+from klineage.schema.lineage_document import LineageDocument, lineage_to_batch, step_speedups
+from klineage.schema.records import (
+    Application,
+    Condition,
+    Effect,
+    Evidence,
+    Risk,
+    Skill,
+    kernel_id,
+    skill_id,
+    workload_id,
+)
+
+if TYPE_CHECKING:
+    from klineage.kb.embedder import Embedder
+
+__all__ = ["IngestError", "IngestReport", "KnowledgeBase", "KnowledgeBaseError", "SearchError", "SkillHit",
+           "SkillPage"]
+
+_OUTCOME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
+class KnowledgeBaseError(ValueError):
+    """A request the knowledge base cannot satisfy (unknown skill, bad argument); says why."""
+
+
+class IngestError(KnowledgeBaseError):
+    """A lineage document the knowledge base refuses as a whole (nothing was written); says why."""
+
+
+@dataclass(frozen=True)
+class IngestReport:
+    """What one ingest wrote: the lineage, its skills (``merged``: those that already existed and
+    gained evidence), and the size of the batch (nodes, relationships) written in one upsert."""
+
+    lineage_id: str
+    skill_ids: tuple[str, ...]
+    merged: tuple[str, ...]
+    nodes: int
+    relationships: int
+    sample: bool
+
+
+@dataclass(frozen=True)
+class SkillPage:
+    """A page of skills ordered by id; pass ``end_cursor`` as ``after`` to get the next one."""
+
+    items: tuple[Skill, ...]
+    end_cursor: str | None
+    has_next: bool
+
+
+class KnowledgeBase:
+    """Service functions over one store. Thread-safe; cheap to construct."""
+
+    def __init__(self, store: GraphStore, embedder: Embedder | None = None) -> None:
+        self.store = store
+        self._embedder = embedder
+        self._lock = threading.Lock()
+        self._catalog: tuple[Any, SkillCatalog] | None = None
+
+    def __repr__(self) -> str:
+        return f"KnowledgeBase({self.store!r})"
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder (the packaged all-MiniLM-L6-v2 unless one was given); loaded on first use."""
+        if self._embedder is None:
+            from klineage.kb.embedder import Embedder
+
+            with self._lock:
+                if self._embedder is None:
+                    self._embedder = Embedder()
+        return self._embedder
+
+    # ------------------------------------------------------------------------------------- ingest
+
+    def ingest(self, doc: LineageDocument) -> IngestReport:
+        """Add a checked lineage document in ONE upsert; idempotent (ingesting it again changes nothing).
+
+        Every anchor and condition expression is checked with the condition language and the feature
+        vocabulary first; one bad expression rejects the whole document (IngestError naming the skill,
+        the field and the expression) and nothing is written. A skill that already exists (same
+        operator, learned from other lineages) is merged: its evidence steps are the union of the
+        stored ones and this document's, its effect is recomputed from all of their timings, its
+        support counts distinct steps and lineages, its conditions and risks are the union (an
+        existing condition keeps its description and gets the larger support), its text, anchor and
+        embedding stay as first stored, its architectures are the union, and it is a sample only
+        while all of its evidence is. Skills this document says it enables are linked when they are
+        already in the store.
+        """
+        self._check_expressions(doc)
+        batch = lineage_to_batch(doc)
+        new_skills = [Skill.from_node(n) for n in batch.nodes if n.label == "Skill"]
+        ids = [s.id for s in new_skills]
+        existing = dict(zip(ids, self.store.get_many("Skill", ids), strict=True)) if ids else {}
+        stored_steps = self.store.neighbors(ids, "REVERSES_INTO", "in") if ids else {}
+        batch_steps = {n.id: n for n in batch.nodes if n.label == "Step"}
+        evidence_of: dict[str, dict[str, Node]] = {sid: {} for sid in ids}
+        for rel in batch.relationships:
+            if rel.type == "REVERSES_INTO":
+                evidence_of[rel.target][rel.source] = batch_steps[rel.source]
+        for sid, pairs in stored_steps.items():
+            for _, step in pairs:
+                evidence_of[sid].setdefault(step.id, step)
+
+        to_embed = [s for s in new_skills
+                    if existing.get(s.id) is None or not existing[s.id].props.get("embedding")]
+        vectors = self.embedder.embed([s.embedding_text() for s in to_embed]) if to_embed else []
+        embedded = {s.id: tuple(float(x) for x in v) for s, v in zip(to_embed, vectors, strict=True)}
+
+        merged_nodes: dict[str, Node] = {}
+        merged_ids: list[str] = []
+        for skill in new_skills:
+            old = existing.get(skill.id)
+            merged = self._merge_skill(skill, Skill.from_node(old) if old is not None else None,
+                                       list(evidence_of[skill.id].values()), embedded.get(skill.id))
+            if old is not None:
+                merged_ids.append(skill.id)
+            merged_nodes[skill.id] = merged.to_node()
+        condition_nodes = self._merge_conditions(batch)
+        extra_rels = self._cross_lineage_enables(doc)
+        nodes = [merged_nodes.get(n.id, condition_nodes.get(n.id, n)) for n in batch.nodes]
+        final = GraphBatch.of(nodes, (*batch.relationships, *extra_rels))
+        self.store.upsert(final)
+        return IngestReport(doc.id, tuple(ids), tuple(merged_ids), len(final.nodes), len(final.relationships),
+                            doc.sample)
+
+    def _check_expressions(self, doc: LineageDocument) -> None:
+        for i, sk in enumerate(doc.data["skills"]):
+            label = f"skill {sk['operator']!r} ($.skills[{i}])"
+            anchor = sk["anchor"]["predicate"]
+            items = [("anchor.predicate", anchor)] if anchor.strip() else []
+            for key in ("valid_when", "profitable_when"):
+                items += [(f"{key}[{j}]", c["expr"]) for j, c in enumerate(sk.get(key, ()))]
+            for where, expr in items:
+                try:
+                    validate_condition(expr)
+                except ConditionError as exc:
+                    source = f"{doc.source}: " if doc.source else ""
+                    raise IngestError(f"{source}{label} {where}: {exc.message} (expression {expr!r}); "
+                                      "the document was not ingested") from exc
+
+    @staticmethod
+    def _merge_skill(new: Skill, old: Skill | None, steps: Sequence[Node], embedding: tuple[float, ...] | None
+                     ) -> Skill:
+        speedups = [x["speedup"] for step in sorted(steps, key=lambda s: s.id)
+                    for x in step_speedups(step.props)]
+        lineages = {str(s.props.get("lineage_id", "")) for s in steps}
+        base = old if old is not None else new
+        archs = sorted({*(old.architectures if old else ()), *new.architectures})
+        if steps:
+            sample = all(bool(s.props.get("sample", False)) for s in steps)
+        else:
+            sample = new.sample and (old is None or old.sample)
+        return replace(
+            base, effect=Effect.of(speedups), support_steps=len(steps), support_lineages=len(lineages),
+            architectures=tuple(archs), sample=sample,
+            embedding=base.embedding or embedding or (),
+        )
+
+    def _merge_conditions(self, batch: GraphBatch) -> dict[str, Node]:
+        """Stored Condition and Risk nodes win over the batch's (same id = same expression or risk);
+        a condition's support becomes the larger of the two."""
+        by_label: dict[str, list[str]] = {"Condition": [], "Risk": []}
+        for node in batch.nodes:
+            if node.label in by_label:
+                by_label[node.label].append(node.id)
+        stored: dict[str, Node] = {}
+        for label, ids in by_label.items():
+            if ids:
+                stored.update({n.id: n for n in self.store.get_many(label, ids) if n is not None})
+        out: dict[str, Node] = {}
+        for node in batch.nodes:
+            old = stored.get(node.id)
+            if old is None:
+                continue
+            if node.label == "Condition":
+                support = max(int(old.props.get("support") or 0), int(node.props.get("support") or 0))
+                out[node.id] = Node("Condition", node.id, {**old.props, "support": support})
+            else:
+                out[node.id] = old
+        return out
+
+    def _cross_lineage_enables(self, doc: LineageDocument) -> list[Relationship]:
+        operators = {sk["operator"] for sk in doc.data["skills"]}
+        wanted = sorted({(sk["operator"], e) for sk in doc.data["skills"] for e in sk.get("enables", ())
+                         if e not in operators})
+        if not wanted:
+            return []
+        targets = sorted({skill_id(e) for _, e in wanted})
+        present = {n.id for n in self.store.get_many("Skill", targets) if n is not None}
+        return [Relationship("ENABLES", skill_id(op), skill_id(e))
+                for op, e in wanted if skill_id(e) in present]
+
+    # ------------------------------------------------------------------------------------- search
+
+    def search(self, text: str | None = None, context: Mapping[str, Any] | None = None,
+               kernel_features: Mapping[str, Any] | None = None, kernel_summary: str | None = None,
+               limit: int = 10) -> list[SkillHit]:
+        """Skills ranked for a text, a problem context and/or a kernel (its static features and its
+        summary), each hit explained (``kb.search``). SearchError (a ValueError) when there is nothing
+        to search for or an argument is malformed."""
+        request = make_request(text, context, kernel_features, kernel_summary, limit)
+        needs_vector = bool(request.text or request.kernel_summary)
+        embed = self.embedder.embed_query if needs_vector else None
+        return search_skills(request, self.store, self._catalog_for, embed)
+
+    def _catalog_for(self, ids: Sequence[str] | None) -> SkillCatalog:
+        token = getattr(self.store, "state_token", None)
+        if token is None:  # a store that cannot say when it changed is read fresh every time
+            return SkillCatalog.load(self.store, ids)
+        cached = self._catalog
+        if cached is not None and cached[0] == token:
+            return cached[1]
+        catalog = SkillCatalog.load(self.store, None)
+        self._catalog = (token, catalog)
+        return catalog
+
+    # ------------------------------------------------------------------------------------- reads
+
+    def skill(self, skill_id: str) -> Skill | None:
+        """The skill with this id, or None."""
+        node = self.store.get("Skill", skill_id)
+        return Skill.from_node(node) if node is not None else None
+
+    def skills(self, first: int = 20, after: str | None = None, operator: str | None = None) -> SkillPage:
+        """Skills ordered by id, ``first`` at a time after the cursor ``after`` (a skill id), optionally
+        only those of one operator: one store call."""
+        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+            raise KnowledgeBaseError(f"first: expected an integer >= 0, got {first!r}")
+        where = {"operator": operator} if operator else None
+        nodes = self.store.find("Skill", where=where, limit=first + 1, after=after)
+        items = tuple(Skill.from_node(n) for n in nodes[:first])
+        return SkillPage(items, items[-1].id if items else None, len(nodes) > first)
+
+    def conditions(self, skill_ids: Sequence[str], kind: str) -> dict[str, list[Condition]]:
+        """For each skill id, its ``kind`` ("valid" or "profitable") conditions: one store call."""
+        if kind not in ("valid", "profitable"):
+            raise KnowledgeBaseError(f"kind: expected 'valid' or 'profitable', got {kind!r}")
+        rel = "VALID_WHEN" if kind == "valid" else "PROFITABLE_WHEN"
+        found = self.store.neighbors(list(skill_ids), rel)
+        return {sid: [Condition.from_node(n) for _, n in found.get(sid, ())] for sid in skill_ids}
+
+    def risks(self, skill_ids: Sequence[str]) -> dict[str, list[Risk]]:
+        """For each skill id, its risks: one store call."""
+        found = self.store.neighbors(list(skill_ids), "RISKS")
+        return {sid: [Risk.from_node(n) for _, n in found.get(sid, ())] for sid in skill_ids}
+
+    def evidence(self, skill_ids: Sequence[str]) -> dict[str, list[Evidence]]:
+        """For each skill id, its evidence steps with lineage, workload, GPU and per-shape speedups:
+        two store calls (the steps, then their lineages)."""
+        found = self.store.neighbors(list(skill_ids), "REVERSES_INTO", "in")
+        records = evidence_records(self.store, {sid: [n for _, n in found.get(sid, ())] for sid in skill_ids})
+        return {sid: records.get(sid, []) for sid in skill_ids}
+
+    def enables(self, skill_ids: Sequence[str]) -> dict[str, list[Skill]]:
+        """For each skill id, the skills it enables: one store call."""
+        found = self.store.neighbors(list(skill_ids), "ENABLES")
+        return {sid: [Skill.from_node(n) for _, n in found.get(sid, ())] for sid in skill_ids}
+
+    def workloads(self) -> list[Node]:
+        """Every Workload node, ordered by id."""
+        return self.store.find("Workload")
+
+    def lineages(self, workload: str | None = None) -> list[LineageView]:
+        """Every lineage (of one workload, by name, when given), ordered by id, with its steps."""
+        where = {"workload": workload} if workload else None
+        views = [self.store.lineage(n.id) for n in self.store.find("Lineage", where=where)]
+        return [v for v in views if v is not None]
+
+    def lineage(self, lineage_id: str) -> LineageView | None:
+        """One lineage with its workload, starting kernel and steps in order, or None."""
+        return self.store.lineage(lineage_id)
+
+    def lineage_kernels(self, view: LineageView) -> list[Node]:
+        """Every kernel version of a lineage, in walk order: the start, then each step's from/to."""
+        step_ids = [s.id for s in view.steps]
+        froms = self.store.neighbors(step_ids, "FROM") if step_ids else {}
+        tos = self.store.neighbors(step_ids, "TO") if step_ids else {}
+        seen: dict[str, Node] = {}
+        if view.start is not None:
+            seen[view.start.id] = view.start
+        for sid in step_ids:
+            for _, node in (*froms.get(sid, ()), *tos.get(sid, ())):
+                seen.setdefault(node.id, node)
+        return list(seen.values())
+
+    def kernel(self, sha: str) -> Node | None:
+        """The Kernel node with this full SHA-256 (or this ``kernel:`` id), or None."""
+        if sha.startswith("kernel:"):
+            return self.store.get("Kernel", sha)
+        node = self.store.get("Kernel", kernel_id(sha))
+        return node if node is not None and node.props.get("sha") == sha else None
+
+    def gate_runs(self, kernel_ids: Sequence[str]) -> dict[str, list[Node]]:
+        """For each kernel id, the GateRun nodes that validated it: one store call."""
+        found = self.store.neighbors(list(kernel_ids), "VALIDATED_BY")
+        return {kid: [n for _, n in found.get(kid, ())] for kid in kernel_ids}
+
+    def workload(self, name: str) -> Node | None:
+        """The Workload node with this name, or None."""
+        return self.store.get("Workload", workload_id(name))
+
+    # ------------------------------------------------------------------------------------- writes
+
+    def record_application(self, skill_id: str, kernel_source: str, outcome: str,
+                           speedup: float | None = None) -> Application:
+        """Record an agent's use of a skill on new code: an Application node USED the skill and is ON
+        the kernel (a Kernel node is added for the source when new). KnowledgeBaseError for an unknown
+        skill, an empty source, an outcome that is not a short lower-case word (e.g. "pass", "fail",
+        "regression") or a speedup that is not a positive finite number."""
+        if self.store.get("Skill", skill_id) is None:
+            raise KnowledgeBaseError(f"unknown skill {skill_id}: no Skill node has this id")
+        if not isinstance(kernel_source, str) or not kernel_source.strip():
+            raise KnowledgeBaseError("kernel_source: expected the kernel's Python source, "
+                                     "got an empty string")
+        if not isinstance(outcome, str) or not _OUTCOME.fullmatch(outcome):
+            raise KnowledgeBaseError(f"outcome {outcome!r}: expected a short lower-case word such as 'pass', "
+                                     "'fail' or 'regression'")
+        if speedup is not None:
+            number = isinstance(speedup, (int, float)) and not isinstance(speedup, bool)
+            if not number or not math.isfinite(speedup) or speedup <= 0:
+                raise KnowledgeBaseError(f"speedup {speedup!r}: expected a positive finite number or none")
+            speedup = float(speedup)
+        sha = kernel_sha(kernel_source)
+        kid = kernel_id(sha)
+        now = datetime.now(UTC).isoformat(timespec="microseconds")
+        app = Application(skill_id, sha, outcome, speedup, now)
+        nodes = [app.to_node()]
+        if self.store.get("Kernel", kid) is None:
+            nodes.append(Node("Kernel", kid, {"sha": sha, "source": kernel_source, "features": {},
+                                              "summary": "", "sample": False}))
+        self.store.upsert(GraphBatch.of(nodes, [Relationship("USED", app.id, skill_id),
+                                                Relationship("ON", app.id, kid)]))
+        return app
+
+    def applications(self, skill_ids: Sequence[str]) -> dict[str, list[Application]]:
+        """For each skill id, the recorded applications of it: one store call."""
+        found = self.store.neighbors(list(skill_ids), "USED", "in")
+        out: dict[str, list[Application]] = {}
+        for sid in skill_ids:
+            out[sid] = [Application(str(p.get("skill_id", sid)), str(p.get("kernel_sha", "")),
+                                    str(p.get("outcome", "")), p.get("speedup"),
+                                    str(p.get("recorded_at", "")))
+                        for p in (n.props for _, n in found.get(sid, ()))]
+        return out
+
+    def effect_of(self, skill_ids: Sequence[str]) -> dict[str, Effect]:
+        """Each skill's effect recomputed from the timings of its evidence steps now in the store."""
+        found = self.store.neighbors(list(skill_ids), "REVERSES_INTO", "in")
+        return {sid: Effect.of([x["speedup"] for _, step in found.get(sid, ())
+                                for x in step_speedups(step.props)])
+                for sid in skill_ids}
