@@ -1,11 +1,13 @@
 """The operator library: one module per operator family; ``OPERATORS`` lists an instance of each."""
 
 from klineage.transforms.operators.arith import DotAccumulate, Exp2, Fp32Accumulate, Rsqrt
+from klineage.transforms.operators.control import MaskElision, MultiRow, Persistent, RowPersistent
 from klineage.transforms.operators.hints import ContiguityHints, EvictionHints, Int64Offsets
 from klineage.transforms.operators.tuning import Autotune, GroupedOrder, NumWarps, Pipelining, TileSize
 
 OPERATORS = (
     Autotune(), TileSize(), NumWarps(), Pipelining(), GroupedOrder(),
+    Persistent(), RowPersistent(), MaskElision(), MultiRow(),
     ContiguityHints(), EvictionHints(), Int64Offsets(),
     Exp2(), Rsqrt(), Fp32Accumulate(), DotAccumulate(),
 )

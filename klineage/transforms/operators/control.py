@@ -1,0 +1,562 @@
+"""Control-flow operators: mask-elision, persistent, row-persistent, multi-row, single-pass-row."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from klineage.transforms._source import (
+    Edit,
+    add_keyword,
+    add_param,
+    apply_edits,
+    call_items,
+    dict_items,
+    param_spans,
+    reindent,
+    remove_items,
+    remove_keywords,
+    str_const,
+)
+from klineage.transforms._triton import (
+    Kernel,
+    Launch,
+    arange_blocks,
+    kwarg,
+    launch_args,
+    loops,
+    program_id_axis,
+    range_call,
+    single_value,
+    tl_func,
+    unique_name,
+)
+from klineage.transforms.features import derived_names, pid_derived
+from klineage.transforms.operator import Anchor, Operator, Rewrite
+from klineage.transforms.operators._common import Module, anchor, grid_tuple, parse, sm_names
+
+
+def _has_dot(k: Kernel, m: Module) -> bool:
+    return any(tl_func(n, m.al) == "dot" for n in ast.walk(k.node))
+
+
+def _block_text(m: Module, stmts: list[ast.stmt], indent: str) -> str:
+    """Whole lines of consecutive statements re-indented to ``indent``."""
+    first = m.src.stmt_lines(stmts[0])[0]
+    last = m.src.stmt_lines(stmts[-1])[1]
+    start, end = m.src.line_span(first, last)
+    old = m.src.indent_of(stmts[0].lineno)
+    return reindent(m.src.text[start:end], old, indent)
+
+
+def _replace_stmt_with(m: Module, stmt: ast.stmt, body: list[ast.stmt]) -> Edit:
+    """Replace a compound statement by ``body`` at its own indentation (empty body: delete)."""
+    start, end = m.src.line_span(m.src.stmt_lines(stmt)[0], m.src.stmt_lines(stmt)[1])
+    if not body:
+        return Edit(start, end, "")
+    return Edit(start, end, _block_text(m, body, m.src.indent_of(stmt.lineno)))
+
+
+# ------------------------------------------------------------------------------------- mask-elision
+
+class MaskElision(Operator):
+    """Unmasked loads when the shape divides the tile (EVEN_K style)."""
+
+    id = "mask-elision"
+    name = "Elide boundary masks on divisible shapes"
+    intent = "Skip boundary masks when the problem size is a multiple of the tile, selected by a constexpr flag."
+    carrier = "a @triton.heuristics divisibility flag and an if/else between unmasked and masked loads"
+    anchor_predicate = "uses_mask and n_loops >= 1 and not mask_elision"
+    anchor_description = "masked loads inside a loop whose mask only guards the tile boundary"
+
+    def _flags(self, m: Module, k: Kernel) -> list[str]:
+        """Constexpr params set from a divisibility/equality test and used as an ``if`` test."""
+        from_test: set[str] = set()
+        if k.heuristics is not None and k.heuristics.args and isinstance(k.heuristics.args[0], ast.Dict):
+            for key, v in zip(k.heuristics.args[0].keys, k.heuristics.args[0].values, strict=True):
+                if str_const(key) and any(isinstance(n, (ast.Compare,)) or
+                                          isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(v)):
+                    from_test.add(str_const(key))  # type: ignore[arg-type]
+        for la in m.launches_of(k):
+            for p, v in launch_args(la, k).items():
+                v = single_value(la.func, v.id) or v if isinstance(v, ast.Name) else v
+                if isinstance(v, ast.Compare):
+                    from_test.add(p)
+        used = set()
+        for n in ast.walk(k.node):
+            if isinstance(n, ast.If):
+                t = n.test.operand if isinstance(n.test, ast.UnaryOp) and isinstance(n.test.op, ast.Not) else n.test
+                if isinstance(t, ast.Name):
+                    used.add(t.id)
+        return [p for p in k.constexprs if p in from_test and p in used]
+
+    def _ifs(self, m: Module, k: Kernel, flag: str) -> list[tuple[ast.If, bool]]:
+        out = []
+        for n in ast.walk(k.node):
+            if isinstance(n, ast.If):
+                neg = isinstance(n.test, ast.UnaryOp) and isinstance(n.test.op, ast.Not)
+                t = n.test.operand if neg else n.test  # type: ignore[attr-defined]
+                if isinstance(t, ast.Name) and t.id == flag:
+                    out.append((n, neg))
+        return out
+
+    def _candidates(self, m: Module, k: Kernel) -> list[tuple[ast.stmt, ast.Call, list[tuple[str, str]]]]:
+        out = []
+        runtime = {p.name for p in k.params if not p.constexpr}
+        assigns = {st.targets[0].id: st.value for st in ast.walk(k.node) if isinstance(st, ast.Assign)
+                   and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)}
+
+        def blocks(expr: ast.AST, depth: int = 0) -> set[str]:
+            found: set[str] = set()
+            for n in ast.walk(expr):
+                if tl_func(n, m.al) == "arange" and len(n.args) == 2 and isinstance(n.args[1], ast.Name):  # type: ignore
+                    found.add(n.args[1].id)  # type: ignore[attr-defined]
+                elif isinstance(n, ast.Name) and n.id in assigns and depth < 6:
+                    found |= blocks(assigns[n.id], depth + 1)
+            return found
+
+        for lp in loops(k.node):
+            for st in lp.body:
+                if not isinstance(st, ast.Assign):
+                    continue
+                calls = [c for c in ast.walk(st.value) if tl_func(c, m.al) == "load"]
+                if len(calls) != 1:
+                    continue
+                call = calls[0]
+                mask = kwarg(call, "mask")  # type: ignore[arg-type]
+                if mask is None or len(call.args) > 1:  # type: ignore[attr-defined]
+                    continue
+                pairs: list[tuple[str, str]] = []
+                ok = True
+                terms = [mask]
+                while terms:
+                    t = terms.pop()
+                    if isinstance(t, ast.BinOp) and isinstance(t.op, ast.BitAnd):
+                        terms += [t.left, t.right]
+                        continue
+                    if isinstance(t, ast.Name) and t.id in assigns:
+                        terms.append(assigns[t.id])
+                        continue
+                    if not (isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Lt)):
+                        ok = False
+                        break
+                    bs = blocks(t.left)
+                    sizes = sorted({n.id for n in ast.walk(t.comparators[0]) if isinstance(n, ast.Name)} & runtime)
+                    if len(bs) != 1 or len(sizes) != 1:
+                        ok = False
+                        break
+                    pairs.append((sizes[0], bs.pop()))
+                if ok and pairs:
+                    out.append((st, call, sorted(set(pairs))))  # type: ignore[arg-type]
+        return out
+
+    def detect(self, source: str) -> list[Anchor]:
+        """Divisibility flags selecting a branch (present); masked loop loads (applicable)."""
+        m = parse(source)
+        if m is None:
+            return []
+        out = []
+        for k in m.kernels:
+            for f in self._flags(m, k):
+                out += [anchor("present", n, f"branch on {f} in {k.name}", k) for n, _ in self._ifs(m, k, f)]
+        if not out:
+            for k in m.launched:
+                out += [anchor("applicable", st, f"masked load in a loop of {k.name}", k)
+                        for st, _, _ in self._candidates(m, k)]
+        return out
+
+    def simplify(self, source: str) -> Rewrite | None:
+        """Keep only the general (masked) branch of every flag test and remove the flag (parameter,
+        heuristic entry or launch keyword)."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits: list[Edit] = []
+        for k in m.kernels:
+            flags = self._flags(m, k)
+            if not flags:
+                continue
+            for f in flags:
+                for n, neg in self._ifs(m, k, f):
+                    edits.append(_replace_stmt_with(m, n, n.body if neg else n.orelse))
+                for la in m.launches_of(k):
+                    if any(kw.arg == f for kw in la.call.keywords):
+                        edits += remove_keywords(m.src, la.call, {f})
+            names = [p.name for p in k.params]
+            edits += remove_items(m.src, param_spans(m.src, k.node), {names.index(f) for f in flags})
+            if k.heuristics is not None and isinstance(k.heuristics.args[0], ast.Dict):
+                items = dict_items(m.src, k.heuristics.args[0])
+                drop = {i for i, (key, _) in enumerate(items) if str_const(key) in flags}
+                if len(drop) == len(items):
+                    h = k.heuristics
+                    edits.append(Edit(*m.src.line_span(h.lineno, h.end_lineno or h.lineno), ""))
+                else:
+                    edits += remove_items(m.src, [sp for _, sp in items], drop)
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+
+    def apply(self, source: str, **params: Any) -> Rewrite | None:
+        """Wrap masked loads in loops as ``if EVEN_X: unmasked else: masked`` with
+        ``@triton.heuristics({"EVEN_X": lambda args: args["X"] % args["BLOCK"] == 0 ...})``."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits: list[Edit] = []
+        for k in m.launched:
+            if self._flags(m, k):
+                continue
+            cands = self._candidates(m, k)
+            if not cands:
+                continue
+            conds: dict[tuple[tuple[str, str], ...], str] = {}
+            for st, call, pairs in cands:
+                key = tuple(pairs)
+                if key not in conds:
+                    conds[key] = unique_name(m.src.tree, "EVEN_" + "_".join(s.upper() for s, _ in pairs))
+                flag = conds[key]
+                indent = m.src.indent_of(st.lineno)
+                masked = _block_text(m, [st], indent + "    ")
+                # unmasked copy: drop mask/other from the load (spans relative to the statement)
+                s0 = m.src.line_span(st.lineno, st.lineno)[0]
+                drops = remove_keywords(m.src, call, {"mask", "other"})
+                stmt_text = m.src.text[s0:m.src.line_span(st.end_lineno or st.lineno, st.end_lineno or st.lineno)[1]]
+                for e in sorted(drops, key=lambda e: e.start, reverse=True):
+                    stmt_text = stmt_text[:e.start - s0] + e.text + stmt_text[e.end - s0:]
+                unmasked = reindent(stmt_text, indent, indent + "    ")
+                edits.append(Edit(*m.src.line_span(st.lineno, st.end_lineno or st.lineno),
+                                  f"{indent}if {flag}:\n{unmasked}{indent}else:\n{masked}"))
+            entries = []
+            for pairs, flag in conds.items():
+                test = " and ".join(f'args["{s}"] % args["{b}"] == 0' for s, b in pairs)
+                entries.append(f'"{flag}": lambda args: {test}')
+            indent = m.src.indent_of(k.node.lineno)
+            if k.heuristics is not None and k.heuristics.args and isinstance(k.heuristics.args[0], ast.Dict):
+                d = k.heuristics.args[0]
+                from klineage.transforms._source import append_item
+                edits.append(append_item(m.src, [sp for _, sp in dict_items(m.src, d)], m.src.span(d)[1] - 1,
+                                         ", ".join(entries)))
+            else:
+                pos = m.src.line_span(k.jit.lineno, k.jit.lineno)[0]
+                edits.append(Edit(pos, pos, f"{indent}@{m.triton}.heuristics({{{', '.join(entries)}}})\n"))
+            for flag in conds.values():
+                edits.append(add_param(m.src, k.node, f"{flag}: {m.tl}.constexpr"))
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, _merge(edits)), dict(params), "apply")
+
+
+def _merge(edits: list[Edit]) -> list[Edit]:
+    out: dict[tuple[int, int], Edit] = {}
+    for e in edits:
+        key = (e.start, e.end)
+        if key in out and e.start == e.end:
+            out[key] = Edit(e.start, e.end, out[key].text + e.text)
+        else:
+            out[key] = e
+    return list(out.values())
+
+
+# ------------------------------------------------------------------------------- persistent kernels
+
+class _Persistent(Operator):
+    """Shared machinery: programs loop over work items with a program-count stride."""
+
+    dot: bool = True
+    work_name = "num_tiles"
+    programs_per_sm = 1
+
+    def _loops(self, m: Module, k: Kernel) -> list[tuple[ast.For, ast.Call]]:
+        out = []
+        pid = pid_derived(k.node, m.al)
+        nprog = derived_names(k.node, m.al, "num_programs")
+        sm_params = set()
+        for la in m.launches_of(k):
+            sms = sm_names(m, la.func)
+            for p, v in launch_args(la, k).items():
+                if any(isinstance(n, ast.Name) and n.id in sms for n in ast.walk(v)):
+                    sm_params.add(p)
+        for st in k.node.body:
+            rc = range_call(st, m.al)
+            if rc is None or len(rc.args) < 3 or not isinstance(st.target, ast.Name):  # type: ignore[attr-defined]
+                continue
+            start, step = rc.args[0], rc.args[2]
+            s_ok = any(tl_func(n, m.al) == "program_id" or isinstance(n, ast.Name) and n.id in pid
+                       for n in ast.walk(start))
+            t_ok = any(tl_func(n, m.al) == "num_programs" or isinstance(n, ast.Name) and
+                       (n.id in nprog or n.id in sm_params) for n in ast.walk(step))
+            if s_ok and t_ok:
+                out.append((st, rc))  # type: ignore[arg-type]
+        return out
+
+    def _mine(self, m: Module, k: Kernel) -> bool:
+        return _has_dot(k, m) == self.dot
+
+    def detect(self, source: str) -> list[Anchor]:
+        """Work loops strided by the program count (present); kernels with one program per work item
+        (applicable)."""
+        m = parse(source)
+        if m is None:
+            return []
+        out = []
+        for k in m.kernels:
+            if self._mine(m, k):
+                out += [anchor("present", lp, f"{k.name} loops over work items", k) for lp, _ in self._loops(m, k)]
+        if not out:
+            for k in m.launched:
+                if self._mine(m, k) and self._apply_plan(m, k) is not None:
+                    out.append(anchor("applicable", k.node, f"{k.name} runs one program per work item", k))
+        return out
+
+    def _grid_fix(self, m: Module, la: Launch) -> Edit | None:
+        gt = grid_tuple(m, la)
+        if gt is None:
+            return None
+        node = gt[0]
+        sms = sm_names(m, la.func)
+        helpers = {f.name for f in m.src.tree.body if isinstance(f, ast.FunctionDef) and any(
+            isinstance(n, ast.Attribute) and n.attr == "multi_processor_count" for n in ast.walk(f))}
+        for elt in node.elts:  # type: ignore[attr-defined]
+            target = elt
+            if isinstance(elt, ast.Name) and la.func is not None:
+                before = [a for a in ast.walk(la.func) if isinstance(a, ast.Assign) and len(a.targets) == 1
+                          and isinstance(a.targets[0], ast.Name) and a.targets[0].id == elt.id
+                          and a.lineno <= la.call.lineno]
+                target = max(before, key=lambda a: a.lineno).value if before else elt
+            if isinstance(target, ast.Call) and isinstance(target.func, ast.Name) and target.func.id == "min" \
+                    and len(target.args) == 2:
+                uses = [any(isinstance(n, ast.Name) and n.id in sms or isinstance(n, ast.Attribute) and
+                            n.attr == "multi_processor_count" or isinstance(n, ast.Call) and
+                            isinstance(n.func, ast.Name) and n.func.id in helpers for n in ast.walk(a))
+                        for a in target.args]
+                if uses.count(True) == 1:
+                    keep = target.args[uses.index(False)]
+                    return Edit(*m.src.span(target), m.src.seg(keep))
+        return None
+
+    def simplify(self, source: str) -> Rewrite | None:
+        """Replace the work loop by ``v = start`` + ``if v < end:`` and size the grid by the work count."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits: list[Edit] = []
+        for k in m.kernels:
+            if not self._mine(m, k):
+                continue
+            lps = self._loops(m, k)
+            if len(lps) != 1:
+                continue
+            lp, rc = lps[0]
+            fixes = [self._grid_fix(m, la) for la in m.launches_of(k)]
+            if not fixes or any(f is None for f in fixes):
+                continue
+            indent = m.src.indent_of(lp.lineno)
+            header_end = m.src.line_span(lp.body[0].lineno, lp.body[0].lineno)[0]
+            start = m.src.line_span(lp.lineno, lp.lineno)[0]
+            var = lp.target.id  # type: ignore[attr-defined]
+            edits.append(Edit(start, header_end, f"{indent}{var} = {m.src.seg(rc.args[0])}\n"
+                                                 f"{indent}if {var} < {m.src.seg(rc.args[1])}:\n"))
+            edits += [f for f in fixes if f is not None]
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, sorted(set(edits), key=lambda e: e.start)), {}, "simplify")
+
+    def _apply_plan(self, m: Module, k: Kernel) -> tuple[ast.Assign, list[Launch]] | None:
+        if k.autotune is not None or any(p.has_default for p in k.params):
+            return None
+        if any(isinstance(n, ast.Return) for n in ast.walk(k.node)):
+            return None
+        pid_stmts = [st for st in k.node.body if isinstance(st, ast.Assign) and len(st.targets) == 1
+                     and isinstance(st.targets[0], ast.Name) and program_id_axis(st.value, m.al) == 0]
+        if len(pid_stmts) != 1:
+            return None
+        n_pid0 = sum(1 for n in ast.walk(k.node) if program_id_axis(n, m.al) == 0)
+        if n_pid0 != 1 or any(tl_func(n, m.al) == "num_programs" for n in ast.walk(k.node)):
+            return None
+        las = m.launches_of(k)
+        for la in las:
+            gt = grid_tuple(m, la)
+            if la.func is None or gt is None or gt[1] is not None or len(gt[0].elts) != 1:  # type: ignore
+                return None
+        return pid_stmts[0], las
+
+    def apply(self, source: str, programs_per_sm: int | None = None, **_: Any) -> Rewrite | None:
+        """Loop the kernel body over work items ``for pid in tl.range(tl.program_id(0), n, tl.num_programs(0))``,
+        pass the work count ``n`` and launch ``min(n, SMs x programs_per_sm)`` programs."""
+        m = parse(source)
+        if m is None:
+            return None
+        per_sm = programs_per_sm or self.programs_per_sm
+        edits: list[Edit] = []
+        for k in m.launched:
+            if not self._mine(m, k) or self._loops(m, k):
+                continue
+            plan = self._apply_plan(m, k)
+            if plan is None:
+                continue
+            pid_stmt, las = plan
+            tl = m.tl
+            work = unique_name(m.src.tree, self.work_name)
+            var = pid_stmt.targets[0].id  # type: ignore[attr-defined]
+            indent = m.src.indent_of(pid_stmt.lineno)
+            rest = [st for st in k.node.body if st.lineno > pid_stmt.lineno]
+            if not rest:
+                continue
+            head = m.src.line_span(pid_stmt.lineno, pid_stmt.end_lineno or pid_stmt.lineno)
+            edits.append(Edit(head[0], head[1],
+                              f"{indent}for {var} in {tl}.range({tl}.program_id(0), {work}, {tl}.num_programs(0)):\n"))
+            first, last = m.src.stmt_lines(rest[0])[0], m.src.stmt_lines(rest[-1])[1]
+            span = m.src.line_span(first, last)
+            edits.append(Edit(span[0], span[1], reindent(m.src.text[span[0]:span[1]], indent, indent + "    ")))
+            edits.append(add_param(m.src, k.node, work))
+            for la in las:
+                gt = grid_tuple(m, la)
+                assert gt is not None
+                elt = gt[0].elts[0]  # type: ignore[attr-defined]
+                host_stmt = la.stmt
+                # the grid tuple may be bound earlier: insert before whichever comes first
+                grid_stmt = next((s for s in ast.walk(la.func) if isinstance(s, ast.Assign)  # type: ignore[arg-type]
+                                  and s.value is gt[0]), None)
+                anchor_stmt = grid_stmt if grid_stmt is not None else host_stmt
+                assert anchor_stmt is not None
+                hindent = m.src.indent_of(anchor_stmt.lineno)
+                hosts = unique_name(m.src.tree, "num_sms")
+                pos = m.src.line_span(anchor_stmt.lineno, anchor_stmt.lineno)[0]
+                edits.append(Edit(pos, pos,
+                                  f"{hindent}{hosts} = (torch.cuda.get_device_properties(torch.cuda.current_device())"
+                                  f".multi_processor_count if torch.cuda.is_available() else 4)\n"
+                                  f"{hindent}{work} = {m.src.seg(elt)}\n"))
+                mult = f" * {per_sm}" if per_sm != 1 else ""
+                edits.append(Edit(*m.src.span(elt), f"min({work}, {hosts}{mult})"))
+                edits.append(add_keyword(m.src, la.call, f"{work}={work}"))
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, _merge(edits)), {"programs_per_sm": per_sm}, "apply")
+
+
+class Persistent(_Persistent):
+    """Persistent tl.dot kernels: grid = #SMs, programs loop over output tiles."""
+
+    id = "persistent"
+    name = "Persistent tile loop"
+    intent = "Launch about one program per SM and let each loop over output tiles, amortizing launch and prologue."
+    carrier = "the kernel body wrapped in a tile loop strided by tl.num_programs, and the grid min(tiles, SMs)"
+    anchor_predicate = "has_dot and not persistent"
+    anchor_description = "a tl.dot kernel with one program per output tile on a 1-D grid"
+    dot = True
+    work_name = "num_tiles"
+    programs_per_sm = 1
+
+
+class RowPersistent(_Persistent):
+    """Row kernels whose programs loop over rows."""
+
+    id = "row-persistent"
+    name = "Row-persistent grid"
+    intent = "Size the grid by occupancy and let each program stride over rows instead of one program per row."
+    carrier = "the kernel body wrapped in a row loop strided by tl.num_programs, and the grid min(rows, SMs x k)"
+    anchor_predicate = "not has_dot and not persistent"
+    anchor_description = "a row or elementwise kernel with one program per row/block on a 1-D grid"
+    dot = False
+    work_name = "num_rows"
+    programs_per_sm = 4
+
+
+# ----------------------------------------------------------------------------------------- multi-row
+
+class MultiRow(Operator):
+    """Several rows per program (2-D tile) for short rows."""
+
+    id = "multi-row"
+    name = "Several rows per program"
+    intent = "Pack several short rows into one 2-D tile per program so each program moves enough data."
+    carrier = "the rows-per-program constexpr (a 2-D [ROWS, BLOCK] tile) set from the row width at launch"
+    anchor_predicate = "multi_row and row_reduction"
+    anchor_description = "a row kernel written over a 2-D [ROWS, BLOCK] tile"
+
+    def _row_params(self, m: Module, k: Kernel) -> list[str]:
+        """arange blocks used as the leading (row) axis: ``x[:, None]`` of a name derived from them."""
+        if _has_dot(k, m):
+            return []
+        out = []
+        assigns = {st.targets[0].id: st.value for st in ast.walk(k.node) if isinstance(st, ast.Assign)
+                   and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)}
+        blocks = arange_blocks(k, m.al)
+        closure: dict[str, set[str]] = {}
+        for p in blocks:
+            names = {n for n, v in assigns.items() if any(tl_func(c, m.al) == "arange" and len(c.args) == 2 and  # type: ignore
+                                                          isinstance(c.args[1], ast.Name) and c.args[1].id == p  # type: ignore
+                                                          for c in ast.walk(v))}
+            while True:
+                grown = names | {n for n, v in assigns.items() if any(isinstance(x, ast.Name) and x.id in names
+                                                                      for x in ast.walk(v))}
+                if grown == names:
+                    break
+                names = grown
+            closure[p] = names
+        for p in blocks:
+            names = closure[p] - set().union(*[closure[q] for q in blocks if q != p])
+            for n in ast.walk(k.node):
+                if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id in names and \
+                        isinstance(n.slice, ast.Tuple) and len(n.slice.elts) == 2 and \
+                        isinstance(n.slice.elts[0], ast.Slice) and isinstance(n.slice.elts[1], ast.Constant):
+                    out.append(p)
+                    break
+        return out
+
+    def _sites(self, m: Module, k: Kernel) -> list[tuple[Launch, str, ast.expr]]:
+        out = []
+        for p in self._row_params(m, k):
+            for la in m.launches_of(k):
+                v = launch_args(la, k).get(p)
+                if v is None:
+                    continue
+                if isinstance(v, ast.Name):
+                    v = single_value(la.func, v.id) or v
+                out.append((la, p, v))
+        return out
+
+    def detect(self, source: str) -> list[Anchor]:
+        """More than one row per program (present) or exactly one in a 2-D tile kernel (applicable)."""
+        m = parse(source)
+        if m is None:
+            return []
+        out = []
+        for k in m.kernels:
+            for _, p, v in self._sites(m, k):
+                kind = "applicable" if isinstance(v, ast.Constant) and v.value == 1 else "present"
+                out.append(anchor(kind, v, f"{p} = {m.src.seg(v)} rows per program in {k.name}", k))
+        return out
+
+    def simplify(self, source: str) -> Rewrite | None:
+        """One row per program: the rows-per-program value becomes 1."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits = {Edit(*m.src.span(v), "1") for k in m.kernels for _, _, v in self._sites(m, k)
+                 if not (isinstance(v, ast.Constant) and v.value == 1)}
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+
+    def apply(self, source: str, tile_elems: int = 4096, **_: Any) -> Rewrite | None:
+        """Rows per program = ``max(1, min(tile_elems // BLOCK, 16))`` where it is 1."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits = set()
+        for k in m.kernels:
+            for la, p, v in self._sites(m, k):
+                if not (isinstance(v, ast.Constant) and v.value == 1):
+                    continue
+                cols = [q for q in arange_blocks(k, m.al) if q != p]
+                args = launch_args(la, k)
+                if len(cols) != 1 or cols[0] not in args:
+                    continue
+                edits.add(Edit(*m.src.span(v), f"max(1, min({tile_elems} // {m.src.seg(args[cols[0]])}, 16))"))
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {"tile_elems": tile_elems}, "apply")
+
+
+_ = (call_items, kwarg)
