@@ -17,7 +17,6 @@ from klineage.transforms._triton import (
     Aliases,
     Kernel,
     aliases,
-    arange_blocks,
     autotune_configs,
     dotted,
     is_tl_attr,
@@ -111,7 +110,7 @@ def pid_derived(kernel: ast.FunctionDef, al: Aliases, source: str = "program_id"
 
 def _is_block_name(name: str, suffix: str) -> bool:
     up = name.upper()
-    return "BLOCK" in up and (up.endswith("_" + suffix) or up.endswith(suffix) and up != "BLOCK")
+    return "BLOCK" in up and (up.endswith("_" + suffix) or (up.endswith(suffix) and up != "BLOCK"))
 
 
 def _block_values(src: Src, ks: list[Kernel], al: Aliases) -> dict[str, int | None]:
@@ -142,6 +141,24 @@ def _meta_max(src: Src, ks: list[Kernel], al: Aliases, name: str) -> int | None:
                 if rc is not None and (v := int_const(kwarg(rc, "num_stages"))) is not None:
                     vals.append(v)
     return max(vals) if vals else None
+
+
+def _grouped(src: Src, k: Kernel, al: Aliases) -> bool:
+    """A GROUP constexpr used in the body whose written values (if any are literal) exceed 1."""
+    for p in k.constexprs:
+        if "GROUP" not in p.upper():
+            continue
+        if not any(isinstance(n, ast.Name) and n.id == p for st in k.node.body for n in ast.walk(st)):
+            continue
+        vals = [int_const(s.node) for s in value_sites(src, k, p, al)]
+        args = k.node.args
+        positional = [*args.posonlyargs, *args.args]
+        defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+        vals += [int_const(d) for a, d in zip(positional, defaults, strict=True) if a.arg == p and d is not None]
+        ints = [v for v in vals if v is not None]
+        if not ints or max(ints) > 1:
+            return True
+    return False
 
 
 def _online_softmax(k: Kernel, al: Aliases) -> bool:
@@ -338,12 +355,9 @@ def kernel_features(source: str) -> dict[str, Any]:
         "uses_heuristics": any(k.heuristics is not None for k in ks),
         "row_reduction": any(_row_reduction(k, al) for k in ks),
         "online_softmax": any(_online_softmax(k, al) for k in ks),
-        "persistent": any(_persistent(src, k, al) for k in ks) or any(
-            isinstance(n, ast.Attribute) and n.attr == "multi_processor_count" for n in ast.walk(src.tree)),
+        "persistent": any(_persistent(src, k, al) for k in ks),
         "uses_tma": bool((names | attr_calls | {d.rpartition(".")[2] for d in all_dotted}) & _TMA),
-        "grouped_order": "swizzle2d" in names or any(
-            "GROUP" in p.upper() for k in ks for p in k.constexprs
-            if any(isinstance(n, ast.Name) and n.id == p for n in ast.walk(ast.Module(k.node.body, [])))),
+        "grouped_order": "swizzle2d" in names or any(_grouped(src, k, al) for k in ks),
         "uses_exp2": "exp2" in names or any(
             (dotted(c.func) or "").endswith("math.exp2") for k in ks for c in ast.walk(k.node)
             if isinstance(c, ast.Call)),

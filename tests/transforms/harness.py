@@ -22,8 +22,8 @@ from typing import Any
 
 os.environ["TRITON_INTERPRET"] = "1"
 
-import torch  # noqa: E402
-import triton.runtime.autotuner as _autotuner  # noqa: E402
+import torch
+import triton.runtime.autotuner as _autotuner
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "kernels"
@@ -130,7 +130,16 @@ def _naive_specs() -> dict[str, tuple[Callable[[], list[tuple]], Callable[..., A
         s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))
         return torch.softmax(s, dim=-1) @ v
 
+    def rowsum() -> list[tuple]:
+        return [(torch.randn(11, 50, generator=_g(7)),)]
+
+    def linear() -> list[tuple]:
+        g = _g(8)
+        return [(torch.randn(20, 40, generator=g), torch.randn(24, 40, generator=g), torch.randn(24, generator=g))]
+
     return {
+        "naive_linear": (linear, lambda x, w, b: x @ w.T + b),
+        "naive_rowsum": (rowsum, lambda x: x.sum(-1)),
         "naive_gemm": (gemm, lambda a, b: a @ b),
         "naive_softmax": (softmax, lambda x: torch.softmax(x, dim=-1)),
         "naive_layernorm": (layernorm, lambda x, w, b: torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, 1e-5)),

@@ -60,7 +60,7 @@ class Exp2(Operator):
         out = []
         for k in m.kernels:
             for n in ast.walk(k.node):
-                if exp2 and _is_exp2(m, n) or not exp2 and tl_func(n, m.al) == "exp" and len(n.args) == 1:  # type: ignore
+                if (exp2 and _is_exp2(m, n)) or (not exp2 and tl_func(n, m.al) == "exp" and len(n.args) == 1):  # type: ignore
                     out.append(n)
         return out  # type: ignore[return-value]
 

@@ -75,7 +75,7 @@ class MaskElision(Operator):
         if k.heuristics is not None and k.heuristics.args and isinstance(k.heuristics.args[0], ast.Dict):
             for key, v in zip(k.heuristics.args[0].keys, k.heuristics.args[0].values, strict=True):
                 if str_const(key) and any(isinstance(n, (ast.Compare,)) or
-                                          isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(v)):
+                                          (isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)) for n in ast.walk(v)):
                     from_test.add(str_const(key))  # type: ignore[arg-type]
         for la in m.launches_of(k):
             for p, v in launch_args(la, k).items():
@@ -281,10 +281,10 @@ class _Persistent(Operator):
             if rc is None or len(rc.args) < 3 or not isinstance(st.target, ast.Name):  # type: ignore[attr-defined]
                 continue
             start, step = rc.args[0], rc.args[2]
-            s_ok = any(tl_func(n, m.al) == "program_id" or isinstance(n, ast.Name) and n.id in pid
+            s_ok = any(tl_func(n, m.al) == "program_id" or (isinstance(n, ast.Name) and n.id in pid)
                        for n in ast.walk(start))
-            t_ok = any(tl_func(n, m.al) == "num_programs" or isinstance(n, ast.Name) and
-                       (n.id in nprog or n.id in sm_params) for n in ast.walk(step))
+            t_ok = any(tl_func(n, m.al) == "num_programs" or (isinstance(n, ast.Name) and
+                       (n.id in nprog or n.id in sm_params)) for n in ast.walk(step))
             if s_ok and t_ok:
                 out.append((st, rc))  # type: ignore[arg-type]
         return out
@@ -325,9 +325,9 @@ class _Persistent(Operator):
                 target = max(before, key=lambda a: a.lineno).value if before else elt
             if isinstance(target, ast.Call) and isinstance(target.func, ast.Name) and target.func.id == "min" \
                     and len(target.args) == 2:
-                uses = [any(isinstance(n, ast.Name) and n.id in sms or isinstance(n, ast.Attribute) and
-                            n.attr == "multi_processor_count" or isinstance(n, ast.Call) and
-                            isinstance(n.func, ast.Name) and n.func.id in helpers for n in ast.walk(a))
+                uses = [any((isinstance(n, ast.Name) and n.id in sms) or (isinstance(n, ast.Attribute) and
+                            n.attr == "multi_processor_count") or (isinstance(n, ast.Call) and
+                            isinstance(n.func, ast.Name) and n.func.id in helpers) for n in ast.walk(a))
                         for a in target.args]
                 if uses.count(True) == 1:
                     keep = target.args[uses.index(False)]
@@ -479,8 +479,11 @@ class MultiRow(Operator):
         if _has_dot(k, m):
             return []
         out = []
-        assigns = {st.targets[0].id: st.value for st in ast.walk(k.node) if isinstance(st, ast.Assign)
-                   and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)}
+        assigns: dict[str, ast.AST] = {}
+        for st in ast.walk(k.node):
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                prev = assigns.get(st.targets[0].id)
+                assigns[st.targets[0].id] = st.value if prev is None else ast.Tuple([prev, st.value])  # type: ignore
         blocks = arange_blocks(k, m.al)
         closure: dict[str, set[str]] = {}
         for p in blocks:

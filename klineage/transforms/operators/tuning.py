@@ -14,7 +14,6 @@ from klineage.transforms._source import (
     add_keyword,
     add_param,
     apply_edits,
-    dict_items,
     int_const,
     remove_keyword,
     remove_keywords,

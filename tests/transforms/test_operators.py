@@ -1,0 +1,196 @@
+"""Both directions of every operator, run under the Triton interpreter on naive and expert kernels."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from klineage.transforms.features import kernel_features
+from klineage.transforms.operator import Rewrite
+from klineage.transforms.registry import all_operators, get_operator, operator_ids
+from tests.transforms.harness import EXPERTS, Case, check, expert_case, naive_cases
+
+NAIVE = naive_cases()
+
+# Where `apply` must add the optimization to a naive kernel (and `simplify` must take it back out).
+APPLY_NAIVE: dict[str, tuple[str, ...]] = {
+    "autotune": ("naive_gemm", "naive_linear", "naive_layernorm", "naive_gelu", "naive_cross_entropy", "naive_attention"),
+    "tile-size": ("naive_linear", "naive_gemm", "naive_attention"),
+    "num-warps": ("naive_softmax", "naive_rmsnorm", "naive_attention"),
+    "pipelining": ("naive_linear", "naive_gemm", "naive_layernorm", "naive_cross_entropy", "naive_attention"),
+    "grouped-order": ("naive_gemm", "naive_linear"),
+    "persistent": ("naive_gemm", "naive_linear"),
+    "row-persistent": ("naive_softmax", "naive_layernorm", "naive_rmsnorm", "naive_gelu", "naive_cross_entropy"),
+    "mask-elision": ("naive_linear", "naive_gemm", "naive_layernorm", "naive_cross_entropy", "naive_attention"),
+    "multi-row": ("naive_rowsum",),
+    "contiguity-hints": ("naive_linear", "naive_gemm", "naive_gelu", "naive_attention"),
+    "eviction-hints": ("naive_softmax", "naive_layernorm", "naive_rmsnorm", "naive_gelu", "naive_cross_entropy"),
+    "int64-offsets": ("naive_gemm", "naive_softmax", "naive_layernorm", "naive_rmsnorm", "naive_cross_entropy",
+                      "naive_attention", "naive_rowsum"),
+    "exp2": ("naive_softmax", "naive_gelu", "naive_cross_entropy", "naive_attention"),
+    "rsqrt": ("naive_layernorm", "naive_rmsnorm"),
+    "fp32-accumulate": ("naive_softmax", "naive_layernorm", "naive_rmsnorm", "naive_gelu", "naive_cross_entropy"),
+    "dot-accumulate": ("naive_linear", "naive_gemm", "naive_attention"),
+}
+
+# Where the optimization is present in an expert and `simplify` must remove it; the bool says whether
+# `apply` on the simplified expert must re-add it.
+SIMPLIFY_EXPERT: dict[str, dict[str, bool]] = {
+    "autotune": {"gemm": True, "attention": True},
+    "tile-size": {"gemm": True},
+    "num-warps": {"gemm": True, "softmax": True, "layernorm": True, "attention": False, "cross_entropy": True},
+    "pipelining": {"gemm": True, "softmax": True, "layernorm": True, "attention": False},
+    "grouped-order": {"gemm": True},
+    "persistent": {"gemm": False},
+    "row-persistent": {"softmax": False, "layernorm": False, "cross_entropy": False},
+    "mask-elision": {"gemm": True, "softmax": True, "layernorm": True, "attention": False},
+    "multi-row": {"softmax": True, "layernorm": True},
+    "contiguity-hints": {"gemm": True, "attention": True},
+    "eviction-hints": {"softmax": True, "layernorm": True, "cross_entropy": True},
+    "int64-offsets": {"gemm": True, "softmax": True, "layernorm": True, "attention": True, "cross_entropy": True},
+    "exp2": {"softmax": True, "attention": True, "cross_entropy": True},
+    "fp32-accumulate": {"gemm": False, "softmax": True, "layernorm": True, "cross_entropy": True},
+    "dot-accumulate": {"gemm": True, "attention": True},
+}
+
+# Feature that each operator switches on (feature, value after apply) — checked on its first naive kernel.
+FEATURE_OF = {
+    "autotune": "uses_autotune", "grouped-order": "grouped_order", "persistent": "persistent",
+    "row-persistent": "persistent", "mask-elision": "mask_elision", "contiguity-hints": "contiguity_hints",
+    "eviction-hints": "eviction_hints", "int64-offsets": "int64_offsets", "exp2": "uses_exp2",
+    "rsqrt": "uses_rsqrt", "fp32-accumulate": "fp32_accumulate", "dot-accumulate": "dot_accumulate",
+}
+
+
+@functools.cache
+def _expert(workload: str) -> Case | None:
+    return expert_case(workload)
+
+
+def _ok(case: Case, source: str) -> None:
+    err = check(case, source)
+    assert err <= 1.0, f"{case.name}: scaled error {err:.3g} after rewrite"
+
+
+def test_registry_has_the_catalog() -> None:
+    ids = operator_ids()
+    assert len(ids) >= 15 and len(set(ids)) == len(ids)
+    assert set(APPLY_NAIVE) == set(ids), "every operator needs an apply test on naive kernels"
+    for op in all_operators():
+        for attr in ("id", "name", "intent", "carrier", "anchor_predicate", "anchor_description"):
+            assert isinstance(getattr(op, attr), str) and getattr(op, attr), (op.id, attr)
+    with pytest.raises(KeyError, match="known operators: autotune"):
+        get_operator("no-such-operator")
+
+
+@pytest.mark.parametrize(("op_id", "kernel"), [(o, k) for o, ks in APPLY_NAIVE.items() for k in ks])
+def test_apply_on_naive_then_simplify(op_id: str, kernel: str) -> None:
+    op, case = get_operator(op_id), NAIVE[kernel]
+    assert not op.present(case.source), f"{op_id} already present in {kernel}"
+    rw = op.apply(case.source)
+    assert isinstance(rw, Rewrite) and rw.direction == "apply" and rw.operator == op_id
+    assert rw.diff.startswith("--- a/kernel.py") and rw.source != case.source
+    assert op.apply(case.source) == rw, "apply must be deterministic"
+    assert op.present(rw.source), f"{op_id} not detected after apply on {kernel}"
+    _ok(case, rw.source)
+    back = op.simplify(rw.source)
+    assert back is not None and back.direction == "simplify"
+    assert not op.present(back.source), f"{op_id} still detected after simplify(apply({kernel}))"
+    _ok(case, back.source)
+
+
+@pytest.mark.parametrize(("op_id", "workload"), [(o, w) for o, ws in SIMPLIFY_EXPERT.items() for w in ws])
+def test_simplify_expert_then_reapply(op_id: str, workload: str) -> None:
+    case = _expert(workload)
+    if case is None:
+        pytest.skip(f"workloads/{workload}/expert.py does not exist yet")
+    op = get_operator(op_id)
+    assert op.present(case.source), f"{op_id} not detected in the {workload} expert"
+    rw = op.simplify(case.source)
+    assert rw is not None and rw.direction == "simplify"
+    assert op.simplify(case.source) == rw, "simplify must be deterministic"
+    assert not op.present(rw.source), f"{op_id} still detected after simplify on the {workload} expert"
+    _ok(case, rw.source)
+    again = op.apply(rw.source)
+    if SIMPLIFY_EXPERT[op_id][workload]:
+        assert again is not None, f"apply(simplify({workload})) did not re-add {op_id}"
+        assert op.present(again.source)
+        _ok(case, again.source)
+
+
+@pytest.mark.parametrize("workload", EXPERTS)
+def test_simplify_exactly_where_present(workload: str) -> None:
+    """Static consistency on each expert: simplify is None exactly when nothing is present."""
+    case = _expert(workload)
+    if case is None:
+        pytest.skip(f"workloads/{workload}/expert.py does not exist yet")
+    for op in all_operators():
+        present = op.present(case.source)
+        if workload in SIMPLIFY_EXPERT.get(op.id, {}):
+            assert present, op.id
+        if not present:
+            assert op.simplify(case.source) is None, f"{op.id} simplifies {workload} without detecting it"
+
+
+def test_transfer_every_operator_applies_to_a_kernel_it_was_not_derived_from() -> None:
+    """Each operator's apply passes under the interpreter on a naive kernel of a family other than the
+    experts it was read from."""
+    failures = []
+    for op in all_operators():
+        derived = {w.replace("_", "") for w in SIMPLIFY_EXPERT.get(op.id, {})}
+        others = [k for k in APPLY_NAIVE[op.id] if k.removeprefix("naive_").replace("_", "") not in derived]
+        if not others:
+            failures.append(f"{op.id}: no naive kernel outside {sorted(derived)}")
+            continue
+        case = NAIVE[others[0]]
+        rw = op.apply(case.source)
+        if rw is None or not op.present(rw.source) or check(case, rw.source) > 1.0:
+            failures.append(f"{op.id} on {case.name}")
+    assert not failures, failures
+
+
+@pytest.mark.parametrize("op_id", sorted(FEATURE_OF))
+def test_features_follow_the_rewrite(op_id: str) -> None:
+    feature = FEATURE_OF[op_id]
+    source = NAIVE[APPLY_NAIVE[op_id][0]].source
+    rw = get_operator(op_id).apply(source)
+    assert rw is not None
+    assert not kernel_features(source)[feature]
+    assert kernel_features(rw.source)[feature]
+    back = get_operator(op_id).simplify(rw.source)
+    assert back is not None and not kernel_features(back.source)[feature]
+
+
+def test_tuning_features_change() -> None:
+    gemm = NAIVE["naive_gemm"].source
+    before = kernel_features(gemm)
+    assert before["block_m"] == 16 and before["num_stages"] is None
+    bigger = get_operator("tile-size").apply(gemm)
+    staged = get_operator("pipelining").apply(gemm)
+    assert bigger is not None and staged is not None
+    assert kernel_features(bigger.source)["block_m"] == 64
+    assert kernel_features(staged.source)["num_stages"] == 4
+    warps = get_operator("num-warps").apply(NAIVE["naive_softmax"].source)
+    assert warps is not None and kernel_features(warps.source)["num_warps"] is None  # a host expression
+    assert "num_warps=max(4, min(16, BLOCK // 256))" in warps.source
+
+
+@pytest.mark.parametrize("op_id", operator_ids())
+def test_not_applicable_returns_none(op_id: str) -> None:
+    op = get_operator(op_id)
+    for bad in ("def run(:\n", "import torch\n\ndef run(x):\n    return x\n"):
+        assert op.simplify(bad) is None
+        assert op.apply(bad) is None
+        assert op.detect(bad) == []
+
+
+@pytest.mark.parametrize("op_id", ["grouped-order", "persistent", "tile-size", "dot-accumulate"])
+def test_gemm_only_operators_leave_row_kernels_alone(op_id: str) -> None:
+    for kernel in ("naive_softmax", "naive_layernorm", "naive_cross_entropy"):
+        assert get_operator(op_id).apply(NAIVE[kernel].source) is None, kernel
+
+
+@pytest.mark.parametrize("op_id", ["rsqrt", "eviction-hints", "row-persistent", "multi-row"])
+def test_row_operators_leave_gemm_alone(op_id: str) -> None:
+    assert get_operator(op_id).apply(NAIVE["naive_gemm"].source) is None
