@@ -72,6 +72,7 @@ JSON_KEYS = "__json"
 FT_PREFIX = "__ft_"
 META_LABEL = "_KLineageMeta"
 META_ID = "state"
+QUANTIZATION_OFF = "`vector.quantization.enabled`: false"
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 _TOKEN = re.compile(r"[0-9a-z]+")
@@ -283,7 +284,8 @@ class Neo4jStore:
             return StoreError(f"Neo4j at {self.uri} refused the credentials of user {self.user!r} "
                               f"({exc.message}); check NEO4J_USER and NEO4J_PASSWORD")
         if isinstance(exc, (ex.ServiceUnavailable, ex.SessionExpired)):
-            return StoreError(f"cannot reach Neo4j at {self.uri} ({exc}); start one with `make neo4j` "
+            reason = " ".join(str(exc).split())
+            return StoreError(f"cannot reach Neo4j at {self.uri} ({reason}); start one with `make neo4j` "
                               "(deploy/neo4j/start) or `docker compose up neo4j`, or set NEO4J_URI")
         if isinstance(exc, ex.Neo4jError):
             code = exc.code or ""
@@ -341,9 +343,12 @@ class Neo4jStore:
         out.append(f"CREATE CONSTRAINT {_ident('klineage_meta_id_unique')} IF NOT EXISTS "
                    f"FOR (n:{_ident(META_LABEL)}) REQUIRE n.id IS UNIQUE")
         for v in VECTOR_INDEXES:
+            # Exact float vectors (Neo4j >= 5.23 quantizes by default, which moves cosines by ~1e-3
+            # and reorders near neighbours); _vector_index_fallback drops the key for older servers.
             out.append(f"CREATE VECTOR INDEX {_ident(v.name)} IF NOT EXISTS FOR (n:{_ident(v.label)}) "
                        f"ON (n.{_ident(v.property)}) OPTIONS {{indexConfig: {{`vector.dimensions`: "
-                       f"{int(v.dimensions)}, `vector.similarity_function`: '{v.similarity}'}}}}")
+                       f"{int(v.dimensions)}, `vector.similarity_function`: '{v.similarity}', "
+                       f"{QUANTIZATION_OFF}}}}}")
         for f in FULLTEXT_INDEXES:
             out.append(f"CREATE FULLTEXT INDEX {_ident(f.name)} IF NOT EXISTS FOR (n:{_ident(f.label)}) "
                        f"ON EACH [n.{_ident(FT_PREFIX + f.name)}] "
@@ -358,19 +363,33 @@ class Neo4jStore:
         """Names of the indexes this store needs (vector, full-text, range)."""
         return [i.name for i in (*VECTOR_INDEXES, *FULLTEXT_INDEXES, *RANGE_INDEXES)]
 
-    def ensure_schema(self, timeout_s: int = 120) -> None:
+    def ensure_schema(self, timeout_s: int = 120, _rebuild: bool = True) -> None:
         """Create constraints and indexes one at a time (IF NOT EXISTS), wait until they are online,
         and check that every expected index exists; StoreError says which one is missing or failed."""
         for statement in self.schema_statements():
             try:
-                self._autocommit(statement, "schema creation")
+                try:
+                    self._autocommit(statement, "schema creation")
+                except StoreError as exc:
+                    if QUANTIZATION_OFF not in statement or "quantization" not in str(exc):
+                        raise
+                    # A server before 5.23 knows no quantization setting (and does not quantize).
+                    self._autocommit(statement.replace(", " + QUANTIZATION_OFF, ""), "schema creation")
             except StoreError as exc:
                 # Two stores opening at once: the other one created it between our check and create.
                 if "AlreadyExists" not in str(exc):
                     raise StoreError(f"could not create the schema ({statement}): {exc}") from exc
         self._autocommit(f"CALL db.awaitIndexes({int(timeout_s)})", "waiting for indexes")
-        rows = self._autocommit("SHOW INDEXES YIELD name, state, failureMessage RETURN name, state, "
-                                "failureMessage", "listing indexes")
+        rows = self._autocommit("SHOW INDEXES YIELD name, state, failureMessage, options RETURN name, state, "
+                                "failureMessage, options", "listing indexes")
+        quantized = [r["name"] for r in rows if r["name"] in {v.name for v in VECTOR_INDEXES}
+                     and ((r["options"] or {}).get("indexConfig") or {}).get("vector.quantization.enabled")]
+        if quantized and _rebuild:
+            # made by an older KLineage or by hand: rebuild it with exact vectors (same name, same data)
+            for name in quantized:
+                self._autocommit(f"DROP INDEX {_ident(name)} IF EXISTS", "rebuilding a vector index")
+            self.ensure_schema(timeout_s, _rebuild=False)
+            return
         found = {r["name"]: (r["state"], r["failureMessage"]) for r in rows}
         for name in self.expected_indexes():
             if name not in found:
@@ -631,12 +650,13 @@ class Neo4jStore:
             raise StoreError("vector_top_k: the query vector has zero or non-finite norm")
         if k <= 0 or len(query_vector) != spec.dimensions:
             return []
-        fetch = min(max(2 * k, k + 16), 100_000)
+        fetch = _candidates(k)
 
         def work(tx: Any) -> list[ScoredNode]:
             result = tx.run("CALL db.index.vector.queryNodes($index, $n, $vector) YIELD node, score "
+                            "WITH node, score ORDER BY score DESC, node.id LIMIT $k "
                             "RETURN node.id AS id, properties(node) AS p, score",
-                            {"index": spec.name, "n": fetch, "vector": query_vector})
+                            {"index": spec.name, "n": fetch, "vector": query_vector, "k": k})
             # Neo4j's cosine score is (1 + cosine) / 2; the protocol's score is the cosine itself.
             return [ScoredNode(Node(label, r["id"], decode_props(r["p"])), 2.0 * float(r["score"]) - 1.0)
                     for r in result]
@@ -656,12 +676,13 @@ class Neo4jStore:
         if k <= 0 or not tokens:
             return []
         lucene = " ".join(escape_lucene(t) for t in tokens)
-        fetch = min(max(2 * k, k + 16), 100_000)
+        fetch = _candidates(k)
 
         def work(tx: Any) -> list[ScoredNode]:
             result = tx.run("CALL db.index.fulltext.queryNodes($index, $query, {limit: $n}) "
-                            "YIELD node, score RETURN node.id AS id, properties(node) AS p, score",
-                            {"index": spec.name, "query": lucene, "n": fetch})
+                            "YIELD node, score WITH node, score ORDER BY score DESC, node.id LIMIT $k "
+                            "RETURN node.id AS id, properties(node) AS p, score",
+                            {"index": spec.name, "query": lucene, "n": fetch, "k": k})
             return [ScoredNode(Node(spec.label, r["id"], decode_props(r["p"])),
                                float(r["score"]) * (BM25_K1 + 1)) for r in result]
 
@@ -720,6 +741,13 @@ def _labels_of(tx: Any, ids: Sequence[str]) -> dict[str, set[str]]:
     for r in tx.run(query, {"ids": list(ids)}):
         out.setdefault(r["id"], set()).add(r["label"])
     return out
+
+
+def _candidates(k: int) -> int:
+    """How many index hits to rank for a top-``k``: more than ``k`` so that ties at the cut are broken
+    by id like the embedded store, and so that the HNSW search of the vector index (whose beam is
+    this number) finds the true nearest neighbours; only ``k`` rows come back."""
+    return min(max(5 * k, 100), 10_000)
 
 
 def _chunks(rows: list[T], size: int = ROWS_PER_STATEMENT) -> Iterable[list[T]]:
