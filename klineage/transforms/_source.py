@@ -86,7 +86,7 @@ def apply_edits(text: str, edits: Iterable[Edit]) -> str:
     for e in ordered:
         if e.start < pos:
             raise ValueError(f"overlapping edits at {e.start}")
-        out.append(text[pos:e.start])
+        out.append(text[pos : e.start])
         out.append(e.text)
         pos = e.end
     out.append(text[pos:])
@@ -233,7 +233,7 @@ def reindent(text: str, old: str, new: str) -> str:
         if line.strip() == "":
             out.append(line)
         elif line.startswith(old):
-            out.append(new + line[len(old):])
+            out.append(new + line[len(old) :])
         else:
             out.append(new + line.lstrip())
     return "".join(out)

@@ -165,11 +165,23 @@ def kernels(tree: ast.Module, al: Aliases | None = None) -> list[Kernel]:
         n_default = len(args.defaults)
         params = []
         for i, a in enumerate(positional):
-            params.append(Param(a.arg, a.annotation is not None and is_tl_attr(a.annotation, al, "constexpr"),
-                                i >= len(positional) - n_default, a))
+            params.append(
+                Param(
+                    a.arg,
+                    a.annotation is not None and is_tl_attr(a.annotation, al, "constexpr"),
+                    i >= len(positional) - n_default,
+                    a,
+                )
+            )
         for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True):
-            params.append(Param(a.arg, a.annotation is not None and is_tl_attr(a.annotation, al, "constexpr"),
-                                d is not None, a))
+            params.append(
+                Param(
+                    a.arg,
+                    a.annotation is not None and is_tl_attr(a.annotation, al, "constexpr"),
+                    d is not None,
+                    a,
+                )
+            )
         out.append(Kernel(node, jit, autotune, heur, params))
     return out
 
@@ -213,8 +225,12 @@ def launch_helpers(tree: ast.Module, kernel_names: set[str]) -> dict[str, tuple[
                 if isinstance(base, ast.Attribute) and base.attr == "fn":
                     base = base.value
                 grid = node.func.slice
-                if isinstance(base, ast.Name) and base.id in names and isinstance(grid, ast.Name) \
-                        and grid.id in names:
+                if (
+                    isinstance(base, ast.Name)
+                    and base.id in names
+                    and isinstance(grid, ast.Name)
+                    and grid.id in names
+                ):
                     out[f.name] = (names.index(base.id), names.index(grid.id), len(names))
                     break
     return out
@@ -235,17 +251,24 @@ def launches(tree: ast.Module, ks: list[Kernel]) -> list[Launch]:
             for node in ast.walk(stmt):
                 if not isinstance(node, ast.Call) or id(node) in seen:
                     continue
-                if isinstance(node.func, ast.Subscript) and isinstance(node.func.value, ast.Name) \
-                        and node.func.value.id in names:
+                if (
+                    isinstance(node.func, ast.Subscript)
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id in names
+                ):
                     seen.add(id(node))
                     out.append(Launch(node, node.func.value.id, node.func.slice, func, stmt))
                 elif isinstance(node.func, ast.Name) and node.func.id in helpers:
                     ki, gi, n_named = helpers[node.func.id]
-                    if len(node.args) > max(ki, gi) and isinstance(node.args[ki], ast.Name) \
-                            and node.args[ki].id in names:
+                    if (
+                        len(node.args) > max(ki, gi)
+                        and isinstance(node.args[ki], ast.Name)
+                        and node.args[ki].id in names
+                    ):
                         seen.add(id(node))
-                        out.append(Launch(node, node.args[ki].id, node.args[gi], func, stmt, n_named,
-                                          node.func.id))
+                        out.append(
+                            Launch(node, node.args[ki].id, node.args[gi], func, stmt, n_named, node.func.id)
+                        )
     return out
 
 
@@ -263,7 +286,7 @@ def launch_args(launch: Launch, kernel: Kernel) -> dict[str, ast.expr]:
     """Map kernel parameter names to the expressions a launch passes (positional and keyword)."""
     out: dict[str, ast.expr] = {}
     positional = list(kernel.params)
-    for p, a in zip(positional, launch.call.args[launch.skip:], strict=False):
+    for p, a in zip(positional, launch.call.args[launch.skip :], strict=False):
         if isinstance(a, ast.Starred):
             break
         out[p.name] = a
@@ -279,11 +302,18 @@ def local_assignments(func: ast.FunctionDef | None, name: str) -> list[ast.Assig
         return []
     out = []
     for node in ast.walk(func):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                and node.targets[0].id == name:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id == name
+        ):
             out.append(node)
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, ast.Name) \
-                and node.target.id == name:
+        elif (
+            isinstance(node, (ast.AugAssign, ast.AnnAssign))
+            and isinstance(node.target, ast.Name)
+            and node.target.id == name
+        ):
             out.append(node)  # type: ignore[arg-type]
     return out
 
@@ -309,11 +339,24 @@ def autotune_configs(call: ast.Call | None, al: Aliases, tree: ast.Module | None
         rets = [r for r in ast.walk(fn) if isinstance(r, ast.Return)] if fn else []
         cfgs = rets[0].value if len(rets) == 1 else cfgs
     elif tree is not None and isinstance(cfgs, ast.Name):
-        cfgs = next((st.value for st in tree.body if isinstance(st, ast.Assign) and len(st.targets) == 1
-                     and isinstance(st.targets[0], ast.Name) and st.targets[0].id == cfgs.id), cfgs)
+        cfgs = next(
+            (
+                st.value
+                for st in tree.body
+                if isinstance(st, ast.Assign)
+                and len(st.targets) == 1
+                and isinstance(st.targets[0], ast.Name)
+                and st.targets[0].id == cfgs.id
+            ),
+            cfgs,
+        )
     if cfgs is None:
         return []
-    return [n for n in ast.walk(cfgs) if isinstance(n, ast.Call) and (dotted(n.func) or "").rpartition(".")[2] == "Config"]
+    return [
+        n
+        for n in ast.walk(cfgs)
+        if isinstance(n, ast.Call) and (dotted(n.func) or "").rpartition(".")[2] == "Config"
+    ]
 
 
 def config_dict(cfg: ast.Call) -> ast.Dict | None:
@@ -420,8 +463,12 @@ def loop_step_names(kernel: Kernel, al: Aliases) -> set[str]:
             out.add(rc.args[2].id)
         for a in rc.args[:2]:
             for n in ast.walk(a):
-                if isinstance(n, ast.Call) and tl_func(n, al) == "cdiv" and len(n.args) == 2 \
-                        and isinstance(n.args[1], ast.Name):
+                if (
+                    isinstance(n, ast.Call)
+                    and tl_func(n, al) == "cdiv"
+                    and len(n.args) == 2
+                    and isinstance(n.args[1], ast.Name)
+                ):
                     out.add(n.args[1].id)
     return out
 

@@ -58,17 +58,51 @@ from klineage.transforms._triton import (
 #: - ``uses_mask``: a masked load or store.
 #: - ``elementwise``: no dot and no reduction.
 KERNEL_FEATURES: tuple[str, ...] = (
-    "has_dot", "n_dots", "has_k_loop", "num_stages", "num_warps", "block_m", "block_n", "block_k",
-    "block_size", "uses_autotune", "n_autotune_configs", "uses_heuristics", "row_reduction",
-    "online_softmax", "persistent", "uses_tma", "grouped_order", "uses_exp2", "uses_rsqrt",
-    "eviction_hints", "contiguity_hints", "has_atomic", "int64_offsets", "causal_skip", "mask_elision",
-    "epilogue_fusion", "fp32_accumulate", "dot_accumulate", "multi_row", "single_pass_row", "split_k",
-    "n_kernels", "n_loops", "uses_mask", "elementwise",
+    "has_dot",
+    "n_dots",
+    "has_k_loop",
+    "num_stages",
+    "num_warps",
+    "block_m",
+    "block_n",
+    "block_k",
+    "block_size",
+    "uses_autotune",
+    "n_autotune_configs",
+    "uses_heuristics",
+    "row_reduction",
+    "online_softmax",
+    "persistent",
+    "uses_tma",
+    "grouped_order",
+    "uses_exp2",
+    "uses_rsqrt",
+    "eviction_hints",
+    "contiguity_hints",
+    "has_atomic",
+    "int64_offsets",
+    "causal_skip",
+    "mask_elision",
+    "epilogue_fusion",
+    "fp32_accumulate",
+    "dot_accumulate",
+    "multi_row",
+    "single_pass_row",
+    "split_k",
+    "n_kernels",
+    "n_loops",
+    "uses_mask",
+    "elementwise",
 )
 
 _REDUCTIONS = {"sum", "max", "min", "argmax", "argmin", "reduce", "xor_sum", "cumsum"}
-_TMA = {"make_tensor_descriptor", "_experimental_make_tensor_descriptor", "make_block_ptr",
-        "load_tensor_descriptor", "TensorDescriptor"}
+_TMA = {
+    "make_tensor_descriptor",
+    "_experimental_make_tensor_descriptor",
+    "make_block_ptr",
+    "load_tensor_descriptor",
+    "TensorDescriptor",
+}
 
 
 def _calls(node: ast.AST, al: Aliases) -> list[tuple[str, ast.Call]]:
@@ -95,8 +129,9 @@ def pid_derived(kernel: ast.FunctionDef, al: Aliases, source: str = "program_id"
         changed = False
         for a in assigns:
             value = a.iter if isinstance(a, ast.For) else a.value
-            uses = any(tl_func(n, al) == source for n in ast.walk(value)) or \
-                any(isinstance(n, ast.Name) and n.id in derived for n in ast.walk(value))
+            uses = any(tl_func(n, al) == source for n in ast.walk(value)) or any(
+                isinstance(n, ast.Name) and n.id in derived for n in ast.walk(value)
+            )
             if not uses:
                 continue
             targets = a.targets if isinstance(a, ast.Assign) else [a.target]
@@ -154,7 +189,9 @@ def _grouped(src: Src, k: Kernel, al: Aliases) -> bool:
         args = k.node.args
         positional = [*args.posonlyargs, *args.args]
         defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-        vals += [int_const(d) for a, d in zip(positional, defaults, strict=True) if a.arg == p and d is not None]
+        vals += [
+            int_const(d) for a, d in zip(positional, defaults, strict=True) if a.arg == p and d is not None
+        ]
         ints = [v for v in vals if v is not None]
         if not ints or max(ints) > 1:
             return True
@@ -165,15 +202,19 @@ def _online_softmax(k: Kernel, al: Aliases) -> bool:
     for loop in loops(k.node):
         running = set()
         for n in ast.walk(loop):
-            if isinstance(n, ast.Call) and tl_func(n, al) == "maximum" and n.args \
-                    and isinstance(n.args[0], ast.Name):
+            if (
+                isinstance(n, ast.Call)
+                and tl_func(n, al) == "maximum"
+                and n.args
+                and isinstance(n.args[0], ast.Name)
+            ):
                 running.add(n.args[0].id)
         if not running:
             continue
         for n in ast.walk(loop):
-            if isinstance(n, ast.Call) and tl_func(n, al) in ("exp", "exp2") and n.args:
-                if any(isinstance(x, ast.Name) and x.id in running for x in ast.walk(n.args[0])):
-                    return True
+            if isinstance(n, ast.Call) and tl_func(n, al) in ("exp", "exp2") and n.args and \
+                    any(isinstance(x, ast.Name) and x.id in running for x in ast.walk(n.args[0])):
+                return True
     return False
 
 
@@ -183,10 +224,12 @@ def _persistent(src: Src, k: Kernel, al: Aliases) -> bool:
         if rc is None or len(rc.args) < 3:
             continue
         start, step = rc.args[0], rc.args[2]
-        start_pid = any(tl_func(n, al) == "program_id" for n in ast.walk(start)) or \
-            any(isinstance(n, ast.Name) and n.id in pid_derived(k.node, al) for n in ast.walk(start))
+        start_pid = any(tl_func(n, al) == "program_id" for n in ast.walk(start)) or any(
+            isinstance(n, ast.Name) and n.id in pid_derived(k.node, al) for n in ast.walk(start)
+        )
         step_np = any(tl_func(n, al) == "num_programs" for n in ast.walk(step)) or (
-            isinstance(step, ast.Name) and "SM" in step.id.upper())
+            isinstance(step, ast.Name) and "SM" in step.id.upper()
+        )
         if start_pid and step_np:
             return True
     return False
@@ -210,19 +253,27 @@ def dot_loops(k: Kernel, al: Aliases) -> list[ast.For | ast.While]:
     out = []
     for loop in loops(k.node):
         names = _tl_names(loop, al)
-        if "dot" in names and ("load" in names or "load_tensor_descriptor" in names or
-                               any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                                   and n.func.attr == "load" for n in ast.walk(loop))):
+        if "dot" in names and (
+            "load" in names
+            or "load_tensor_descriptor" in names
+            or any(
+                isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "load"
+                for n in ast.walk(loop)
+            )
+        ):
             out.append(loop)
     return out
 
 
 def accumulators(k: Kernel, al: Aliases) -> list[str]:
-    """Names that ``tl.dot`` results are accumulated into (``acc += tl.dot`` / ``acc = tl.dot(a, b, acc)``)."""
+    """Names that ``tl.dot`` results are accumulated into (``acc += tl.dot``, ``acc = tl.dot(a, b, acc)``)."""
     out: list[str] = []
     for n in ast.walk(k.node):
-        if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and \
-                any(tl_func(c, al) == "dot" for c in ast.walk(n.value)):
+        if (
+            isinstance(n, ast.AugAssign)
+            and isinstance(n.target, ast.Name)
+            and any(tl_func(c, al) == "dot" for c in ast.walk(n.value))
+        ):
             out.append(n.target.id)
         elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
             for c in ast.walk(n.value):
@@ -230,8 +281,11 @@ def accumulators(k: Kernel, al: Aliases) -> list[str]:
                     acc = c.args[2] if len(c.args) >= 3 else kwarg(c, "acc")
                     if isinstance(acc, ast.Name) and acc.id == n.targets[0].id:
                         out.append(acc.id)
-                    elif isinstance(n.value, ast.BinOp) and isinstance(n.value.op, ast.Add) and \
-                            n.targets[0].id in {x.id for x in ast.walk(n.value) if isinstance(x, ast.Name)}:
+                    elif (
+                        isinstance(n.value, ast.BinOp)
+                        and isinstance(n.value.op, ast.Add)
+                        and n.targets[0].id in {x.id for x in ast.walk(n.value) if isinstance(x, ast.Name)}
+                    ):
                         out.append(n.targets[0].id)
     return list(dict.fromkeys(out))
 
@@ -245,7 +299,7 @@ def epilogue_statements(k: Kernel, al: Aliases) -> list[ast.stmt]:
     out = []
     for i, stmt in enumerate(body):
         if stmt in dot_loops(k, al):
-            for later in body[i + 1:]:
+            for later in body[i + 1 :]:
                 if isinstance(later, (ast.Assign, ast.AugAssign)):
                     targets = later.targets if isinstance(later, ast.Assign) else [later.target]
                     tnames = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
@@ -258,8 +312,12 @@ def epilogue_statements(k: Kernel, al: Aliases) -> list[ast.stmt]:
 
 
 def _is_plain_cast(value: ast.expr) -> bool:
-    return (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "to"
-            and isinstance(value.func.value, ast.Name))
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and value.func.attr == "to"
+        and isinstance(value.func.value, ast.Name)
+    )
 
 
 def _fp32(k: Kernel, al: Aliases) -> bool:
@@ -268,8 +326,12 @@ def _fp32(k: Kernel, al: Aliases) -> bool:
             f = tl_func(n, al)
             if f in ("zeros", "full") and any(is_tl_attr(x, al, "float32") for x in ast.walk(n)):
                 return True
-            if isinstance(n.func, ast.Attribute) and n.func.attr == "to" and n.args and \
-                    is_tl_attr(n.args[0], al, "float32"):
+            if (
+                isinstance(n.func, ast.Attribute)
+                and n.func.attr == "to"
+                and n.args
+                and is_tl_attr(n.args[0], al, "float32")
+            ):
                 return True
     return False
 
@@ -294,10 +356,7 @@ def _row_reduction(k: Kernel, al: Aliases) -> bool:
 
 
 def _int64(k: Kernel, al: Aliases) -> bool:
-    for n in ast.walk(k.node):
-        if is_tl_attr(n, al, "int64"):
-            return True
-    return False
+    return any(is_tl_attr(n, al, "int64") for n in ast.walk(k.node))
 
 
 def _causal(k: Kernel, al: Aliases) -> bool:
@@ -338,8 +397,12 @@ def kernel_features(source: str) -> dict[str, Any]:
     launched = {launch.kernel for launch in launches(src.tree, ks)}
     calls = [fc for k in ks for fc in _calls(k.node, al)]
     names = {f for f, _ in calls}
-    attr_calls = {n.func.attr for k in ks for n in ast.walk(k.node)
-                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+    attr_calls = {
+        n.func.attr
+        for k in ks
+        for n in ast.walk(k.node)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+    }
     all_dotted = {dotted(n.func) or "" for n in ast.walk(src.tree) if isinstance(n, ast.Call)}
     n_cfg = sum(len(autotune_configs(k.autotune, al, src.tree)) for k in ks)
     kernel_loops = [lp for k in ks for lp in loops(k.node)]
@@ -358,11 +421,17 @@ def kernel_features(source: str) -> dict[str, Any]:
         "persistent": any(_persistent(src, k, al) for k in ks),
         "uses_tma": bool((names | attr_calls | {d.rpartition(".")[2] for d in all_dotted}) & _TMA),
         "grouped_order": "swizzle2d" in names or any(_grouped(src, k, al) for k in ks),
-        "uses_exp2": "exp2" in names or any(
-            (dotted(c.func) or "").endswith("math.exp2") for k in ks for c in ast.walk(k.node)
-            if isinstance(c, ast.Call)),
+        "uses_exp2": "exp2" in names
+        or any(
+            (dotted(c.func) or "").endswith("math.exp2")
+            for k in ks
+            for c in ast.walk(k.node)
+            if isinstance(c, ast.Call)
+        ),
         "uses_rsqrt": "rsqrt" in names,
-        "eviction_hints": any(kwarg(c, "eviction_policy") is not None for f, c in calls if f in ("load", "store")),
+        "eviction_hints": any(
+            kwarg(c, "eviction_policy") is not None for f, c in calls if f in ("load", "store")
+        ),
         "contiguity_hints": bool(names & {"multiple_of", "max_contiguous", "max_constancy"}),
         "has_atomic": any(f.startswith("atomic_") for f in names),
         "int64_offsets": any(_int64(k, al) for k in ks),
@@ -372,11 +441,14 @@ def kernel_features(source: str) -> dict[str, Any]:
         "fp32_accumulate": any(_fp32(k, al) for k in ks),
         "dot_accumulate": any(
             tl_func(c, al) == "dot" and (len(c.args) >= 3 or kwarg(c, "acc") is not None)
-            for k in ks for c in ast.walk(k.node) if isinstance(c, ast.Call)),
+            for k in ks
+            for c in ast.walk(k.node)
+            if isinstance(c, ast.Call)
+        ),
         "multi_row": any(_multi_row(k, al) for k in ks),
         "single_pass_row": any(_single_pass_row(src, k, al) for k in ks),
-        "split_k": ("dot" in names and any(f.startswith("atomic_") for f in names)) or any(
-            "SPLIT" in p.upper() for k in ks for p in k.constexprs),
+        "split_k": ("dot" in names and any(f.startswith("atomic_") for f in names))
+        or any("SPLIT" in p.upper() for k in ks for p in k.constexprs),
         "n_kernels": len(launched) if launched else len(ks),
         "n_loops": len(kernel_loops),
         "uses_mask": any(_uses_mask(k, al) for k in ks),
@@ -401,8 +473,10 @@ def kernel_summary(source: str) -> str:
     """A one-paragraph English description of a candidate, built from ``kernel_features`` (for
     embedding search). Raises SyntaxError when the source does not parse."""
     f = kernel_features(source)
-    parts = [f"Triton module with {f['n_kernels']} launched kernel{'s' if f['n_kernels'] != 1 else ''}: "
-             f"{_family(f)}."]
+    parts = [
+        f"Triton module with {f['n_kernels']} launched kernel{'s' if f['n_kernels'] != 1 else ''}: "
+        f"{_family(f)}."
+    ]
     tiles = [f"{k}={f[k]}" for k in ("block_m", "block_n", "block_k", "block_size") if f[k] is not None]
     if tiles:
         parts.append("Tile sizes " + ", ".join(tiles) + ".")
@@ -424,21 +498,30 @@ def kernel_summary(source: str) -> str:
         "persistent": "is persistent (programs loop over work items, grid from the SM count)",
         "uses_tma": "uses tensor descriptors or block pointers (TMA)",
         "grouped_order": "swizzles program ids in groups for L2 reuse",
-        "uses_exp2": "uses exp2", "uses_rsqrt": "uses rsqrt",
+        "uses_exp2": "uses exp2",
+        "uses_rsqrt": "uses rsqrt",
         "eviction_hints": "sets cache eviction hints on loads",
         "contiguity_hints": "gives contiguity hints (multiple_of / max_contiguous)",
-        "has_atomic": "uses atomics", "int64_offsets": "computes 64-bit offsets",
+        "has_atomic": "uses atomics",
+        "int64_offsets": "computes 64-bit offsets",
         "causal_skip": "skips blocks above the causal diagonal",
         "mask_elision": "elides boundary masks when shapes divide the tiles",
         "epilogue_fusion": "fuses an epilogue into the accumulator before the store",
-        "fp32_accumulate": "accumulates in fp32", "dot_accumulate": "accumulates inside tl.dot",
-        "split_k": "splits K across programs", "uses_mask": "masks boundary loads and stores",
+        "fp32_accumulate": "accumulates in fp32",
+        "dot_accumulate": "accumulates inside tl.dot",
+        "split_k": "splits K across programs",
+        "uses_mask": "masks boundary loads and stores",
     }
     present = [text for key, text in phrases.items() if f[key]]
     if present:
-        parts.append("It " + ", ".join(present[:-1]) + (" and " if len(present) > 1 else "") + present[-1] + ".")
-    absent = [text for key, text in phrases.items()
-              if not f[key] and key in ("uses_autotune", "persistent", "grouped_order", "uses_tma", "mask_elision")]
+        parts.append(
+            "It " + ", ".join(present[:-1]) + (" and " if len(present) > 1 else "") + present[-1] + "."
+        )
+    absent = [
+        text
+        for key, text in phrases.items()
+        if not f[key] and key in ("uses_autotune", "persistent", "grouped_order", "uses_tma", "mask_elision")
+    ]
     if absent:
         parts.append("It does not: " + "; ".join(absent) + ".")
     return " ".join(parts)

@@ -49,12 +49,16 @@ class Rewrite:
 
 def unified_diff(before: str, after: str, name: str = "kernel.py") -> str:
     """A unified diff (3 lines of context) between two sources."""
-    return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                        f"a/{name}", f"b/{name}"))
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{name}", f"b/{name}"
+        )
+    )
 
 
-def make_rewrite(before: str, after: str, operator: str, params: Mapping[str, Any],
-                 direction: Direction) -> Rewrite | None:
+def make_rewrite(
+    before: str, after: str, operator: str, params: Mapping[str, Any], direction: Direction
+) -> Rewrite | None:
     """Build a ``Rewrite``; None when nothing changed or the result does not parse (never emit
     broken code)."""
     if after == before:
@@ -97,7 +101,9 @@ class Operator(ABC):
         """True when ``detect`` finds a place to add the optimization."""
         return any(a.kind == "applicable" for a in self.detect(source))
 
-    def _rewrite(self, before: str, after: str, params: Mapping[str, Any], direction: Direction) -> Rewrite | None:
+    def _rewrite(
+        self, before: str, after: str, params: Mapping[str, Any], direction: Direction
+    ) -> Rewrite | None:
         return make_rewrite(before, after, self.id, params, direction)
 
     def __repr__(self) -> str:

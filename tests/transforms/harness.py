@@ -86,7 +86,10 @@ def check(case: Case, source: str | None = None) -> float:
         ref = case.reference(*args)
         out = mod.run(*args)
         err = (torch.as_tensor(out).float() - torch.as_tensor(ref).float()).abs()
-        if torch.as_tensor(out).shape != torch.as_tensor(ref).shape or torch.isnan(torch.as_tensor(out).float()).any():
+        if (
+            torch.as_tensor(out).shape != torch.as_tensor(ref).shape
+            or torch.isnan(torch.as_tensor(out).float()).any()
+        ):
             return math.inf
         scaled = err / (case.atol + case.rtol * torch.as_tensor(ref).float().abs())
         worst = max(worst, float(scaled.max()) if scaled.numel() else 0.0)
@@ -107,7 +110,9 @@ def _naive_specs() -> dict[str, tuple[Callable[[], list[tuple]], Callable[..., A
 
     def layernorm() -> list[tuple]:
         g = _g(2)
-        return [(torch.randn(6, 200, generator=g), torch.randn(200, generator=g), torch.randn(200, generator=g))]
+        return [
+            (torch.randn(6, 200, generator=g), torch.randn(200, generator=g), torch.randn(200, generator=g))
+        ]
 
     def rmsnorm() -> list[tuple]:
         g = _g(3)
@@ -135,18 +140,25 @@ def _naive_specs() -> dict[str, tuple[Callable[[], list[tuple]], Callable[..., A
 
     def linear() -> list[tuple]:
         g = _g(8)
-        return [(torch.randn(20, 40, generator=g), torch.randn(24, 40, generator=g), torch.randn(24, generator=g))]
+        return [
+            (torch.randn(20, 40, generator=g), torch.randn(24, 40, generator=g), torch.randn(24, generator=g))
+        ]
 
     return {
         "naive_linear": (linear, lambda x, w, b: x @ w.T + b),
         "naive_rowsum": (rowsum, lambda x: x.sum(-1)),
         "naive_gemm": (gemm, lambda a, b: a @ b),
         "naive_softmax": (softmax, lambda x: torch.softmax(x, dim=-1)),
-        "naive_layernorm": (layernorm, lambda x, w, b: torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, 1e-5)),
+        "naive_layernorm": (
+            layernorm,
+            lambda x, w, b: torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, 1e-5),
+        ),
         "naive_rmsnorm": (rmsnorm, lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w),
         "naive_gelu": (gelu, lambda x: torch.nn.functional.gelu(x, approximate="tanh")),
-        "naive_cross_entropy": (cross_entropy,
-                                lambda lg, t: torch.nn.functional.cross_entropy(lg, t, reduction="none")),
+        "naive_cross_entropy": (
+            cross_entropy,
+            lambda lg, t: torch.nn.functional.cross_entropy(lg, t, reduction="none"),
+        ),
         "naive_attention": (attention, attn_ref),
     }
 
@@ -167,7 +179,9 @@ def expert_case(workload: str, max_shapes: int = 2) -> Case | None:
     if not expert.is_file() or not expert.read_text().strip() or not manifest.is_file():
         return None
     meta = tomllib.loads(manifest.read_text())["workload"]
-    spec = importlib.util.spec_from_file_location(f"klineage_ref_{workload}", folder / meta.get("reference", "reference.py"))
+    spec = importlib.util.spec_from_file_location(
+        f"klineage_ref_{workload}", folder / meta.get("reference", "reference.py")
+    )
     assert spec is not None and spec.loader is not None
     ref = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ref)
@@ -179,4 +193,6 @@ def expert_case(workload: str, max_shapes: int = 2) -> Case | None:
     def inputs() -> list[tuple]:
         return [tuple(ref.make_inputs(shape, "fp32", 0)) for shape in shapes]
 
-    return Case(f"expert_{workload}", expert.read_text(), inputs, ref.reference, rtol=max(tol, 1e-4), atol=1e-4)
+    return Case(
+        f"expert_{workload}", expert.read_text(), inputs, ref.reference, rtol=max(tol, 1e-4), atol=1e-4
+    )

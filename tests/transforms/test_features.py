@@ -20,7 +20,9 @@ def test_gemm_features() -> None:
     f = kernel_features(NAIVE["naive_gemm"].source)
     assert f["has_dot"] and f["has_k_loop"] and f["fp32_accumulate"] and f["uses_mask"]
     assert (f["block_m"], f["block_n"], f["block_k"]) == (16, 16, 16)
-    assert not f["row_reduction"] and not f["uses_autotune"] and not f["grouped_order"] and not f["persistent"]
+    assert (
+        not f["row_reduction"] and not f["uses_autotune"] and not f["grouped_order"] and not f["persistent"]
+    )
     assert f["n_kernels"] == 1 and f["n_loops"] == 1
 
 
@@ -42,10 +44,23 @@ def test_expert_features() -> None:
     if not (WORKLOADS / "gemm" / "expert.py").is_file():
         pytest.skip("workloads/gemm/expert.py does not exist yet")
     g = kernel_features((WORKLOADS / "gemm" / "expert.py").read_text())
-    assert g["uses_autotune"] and g["persistent"] and g["uses_tma"] and g["grouped_order"] and g["mask_elision"]
-    assert (g["num_stages"] or 0) >= 3 and (g["block_m"] or 0) >= 64 and g["contiguity_hints"] and g["int64_offsets"]
+    assert (
+        g["uses_autotune"] and g["persistent"] and g["uses_tma"] and g["grouped_order"] and g["mask_elision"]
+    )
+    assert (
+        (g["num_stages"] or 0) >= 3
+        and (g["block_m"] or 0) >= 64
+        and g["contiguity_hints"]
+        and g["int64_offsets"]
+    )
     s = kernel_features((WORKLOADS / "softmax" / "expert.py").read_text())
-    assert s["row_reduction"] and s["multi_row"] and s["online_softmax"] and s["uses_exp2"] and s["eviction_hints"]
+    assert (
+        s["row_reduction"]
+        and s["multi_row"]
+        and s["online_softmax"]
+        and s["uses_exp2"]
+        and s["eviction_hints"]
+    )
 
 
 def test_summary_mentions_the_family() -> None:

@@ -15,22 +15,60 @@ NAIVE = naive_cases()
 
 # Where `apply` must add the optimization to a naive kernel (and `simplify` must take it back out).
 APPLY_NAIVE: dict[str, tuple[str, ...]] = {
-    "autotune": ("naive_gemm", "naive_linear", "naive_layernorm", "naive_gelu", "naive_cross_entropy", "naive_attention"),
+    "autotune": (
+        "naive_gemm",
+        "naive_linear",
+        "naive_layernorm",
+        "naive_gelu",
+        "naive_cross_entropy",
+        "naive_attention",
+    ),
     "tile-size": ("naive_linear", "naive_gemm", "naive_attention"),
     "num-warps": ("naive_softmax", "naive_rmsnorm", "naive_attention"),
     "pipelining": ("naive_linear", "naive_gemm", "naive_layernorm", "naive_cross_entropy", "naive_attention"),
     "grouped-order": ("naive_gemm", "naive_linear"),
     "persistent": ("naive_gemm", "naive_linear"),
-    "row-persistent": ("naive_softmax", "naive_layernorm", "naive_rmsnorm", "naive_gelu", "naive_cross_entropy"),
-    "mask-elision": ("naive_linear", "naive_gemm", "naive_layernorm", "naive_cross_entropy", "naive_attention"),
+    "row-persistent": (
+        "naive_softmax",
+        "naive_layernorm",
+        "naive_rmsnorm",
+        "naive_gelu",
+        "naive_cross_entropy",
+    ),
+    "mask-elision": (
+        "naive_linear",
+        "naive_gemm",
+        "naive_layernorm",
+        "naive_cross_entropy",
+        "naive_attention",
+    ),
     "multi-row": ("naive_rowsum",),
     "contiguity-hints": ("naive_linear", "naive_gemm", "naive_gelu", "naive_attention"),
-    "eviction-hints": ("naive_softmax", "naive_layernorm", "naive_rmsnorm", "naive_gelu", "naive_cross_entropy"),
-    "int64-offsets": ("naive_gemm", "naive_softmax", "naive_layernorm", "naive_rmsnorm", "naive_cross_entropy",
-                      "naive_attention", "naive_rowsum"),
+    "eviction-hints": (
+        "naive_softmax",
+        "naive_layernorm",
+        "naive_rmsnorm",
+        "naive_gelu",
+        "naive_cross_entropy",
+    ),
+    "int64-offsets": (
+        "naive_gemm",
+        "naive_softmax",
+        "naive_layernorm",
+        "naive_rmsnorm",
+        "naive_cross_entropy",
+        "naive_attention",
+        "naive_rowsum",
+    ),
     "exp2": ("naive_softmax", "naive_gelu", "naive_cross_entropy", "naive_attention"),
     "rsqrt": ("naive_layernorm", "naive_rmsnorm"),
-    "fp32-accumulate": ("naive_softmax", "naive_layernorm", "naive_rmsnorm", "naive_gelu", "naive_cross_entropy"),
+    "fp32-accumulate": (
+        "naive_softmax",
+        "naive_layernorm",
+        "naive_rmsnorm",
+        "naive_gelu",
+        "naive_cross_entropy",
+    ),
     "dot-accumulate": ("naive_linear", "naive_gemm", "naive_attention"),
 }
 
@@ -39,7 +77,13 @@ APPLY_NAIVE: dict[str, tuple[str, ...]] = {
 SIMPLIFY_EXPERT: dict[str, dict[str, bool]] = {
     "autotune": {"gemm": True, "attention": True},
     "tile-size": {"gemm": True},
-    "num-warps": {"gemm": True, "softmax": True, "layernorm": True, "attention": False, "cross_entropy": True},
+    "num-warps": {
+        "gemm": True,
+        "softmax": True,
+        "layernorm": True,
+        "attention": False,
+        "cross_entropy": True,
+    },
     "pipelining": {"gemm": True, "softmax": True, "layernorm": True, "attention": False},
     "grouped-order": {"gemm": True},
     "persistent": {"gemm": False},
@@ -48,7 +92,13 @@ SIMPLIFY_EXPERT: dict[str, dict[str, bool]] = {
     "multi-row": {"softmax": True, "layernorm": True},
     "contiguity-hints": {"gemm": True, "attention": True},
     "eviction-hints": {"softmax": True, "layernorm": True, "cross_entropy": True},
-    "int64-offsets": {"gemm": True, "softmax": True, "layernorm": True, "attention": True, "cross_entropy": True},
+    "int64-offsets": {
+        "gemm": True,
+        "softmax": True,
+        "layernorm": True,
+        "attention": True,
+        "cross_entropy": True,
+    },
     "exp2": {"softmax": True, "attention": True, "cross_entropy": True},
     "fp32-accumulate": {"gemm": False, "softmax": True, "layernorm": True, "cross_entropy": True},
     "dot-accumulate": {"gemm": True, "attention": True},
@@ -56,10 +106,18 @@ SIMPLIFY_EXPERT: dict[str, dict[str, bool]] = {
 
 # Feature that each operator switches on (feature, value after apply) — checked on its first naive kernel.
 FEATURE_OF = {
-    "autotune": "uses_autotune", "grouped-order": "grouped_order", "persistent": "persistent",
-    "row-persistent": "persistent", "mask-elision": "mask_elision", "contiguity-hints": "contiguity_hints",
-    "eviction-hints": "eviction_hints", "int64-offsets": "int64_offsets", "exp2": "uses_exp2",
-    "rsqrt": "uses_rsqrt", "fp32-accumulate": "fp32_accumulate", "dot-accumulate": "dot_accumulate",
+    "autotune": "uses_autotune",
+    "grouped-order": "grouped_order",
+    "persistent": "persistent",
+    "row-persistent": "persistent",
+    "mask-elision": "mask_elision",
+    "contiguity-hints": "contiguity_hints",
+    "eviction-hints": "eviction_hints",
+    "int64-offsets": "int64_offsets",
+    "exp2": "uses_exp2",
+    "rsqrt": "uses_rsqrt",
+    "fp32-accumulate": "fp32_accumulate",
+    "dot-accumulate": "dot_accumulate",
 }
 
 

@@ -6,10 +6,22 @@ from klineage.transforms.operators.hints import ContiguityHints, EvictionHints, 
 from klineage.transforms.operators.tuning import Autotune, GroupedOrder, NumWarps, Pipelining, TileSize
 
 OPERATORS = (
-    Autotune(), TileSize(), NumWarps(), Pipelining(), GroupedOrder(),
-    Persistent(), RowPersistent(), MaskElision(), MultiRow(),
-    ContiguityHints(), EvictionHints(), Int64Offsets(),
-    Exp2(), Rsqrt(), Fp32Accumulate(), DotAccumulate(),
+    Autotune(),
+    TileSize(),
+    NumWarps(),
+    Pipelining(),
+    GroupedOrder(),
+    Persistent(),
+    RowPersistent(),
+    MaskElision(),
+    MultiRow(),
+    ContiguityHints(),
+    EvictionHints(),
+    Int64Offsets(),
+    Exp2(),
+    Rsqrt(),
+    Fp32Accumulate(),
+    DotAccumulate(),
 )
 
 __all__ = ["OPERATORS"]

@@ -142,8 +142,12 @@ def grid_tuple(m: Module, launch: Launch) -> tuple[ast.expr, str | None] | None:
 def sm_names(m: Module, func: ast.FunctionDef | None) -> set[str]:
     """Local names (and module constants) whose value is an SM count: an expression mentioning
     ``multi_processor_count`` directly or through a module-level helper function."""
-    helpers = {f.name for f in m.src.tree.body if isinstance(f, ast.FunctionDef) and any(
-        isinstance(n, ast.Attribute) and n.attr == "multi_processor_count" for n in ast.walk(f))}
+    helpers = {
+        f.name
+        for f in m.src.tree.body
+        if isinstance(f, ast.FunctionDef)
+        and any(isinstance(n, ast.Attribute) and n.attr == "multi_processor_count" for n in ast.walk(f))
+    }
 
     def is_sm(expr: ast.AST, known: set[str]) -> bool:
         for n in ast.walk(expr):
@@ -162,7 +166,11 @@ def sm_names(m: Module, func: ast.FunctionDef | None) -> set[str]:
             body = scope.body if isinstance(scope, (ast.Module, ast.FunctionDef)) else []
             nodes = ast.walk(scope) if isinstance(scope, ast.FunctionDef) else iter(body)
             for n in nodes:
-                if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
-                        and is_sm(n.value, out):
+                if (
+                    isinstance(n, ast.Assign)
+                    and len(n.targets) == 1
+                    and isinstance(n.targets[0], ast.Name)
+                    and is_sm(n.value, out)
+                ):
                     out.add(n.targets[0].id)
     return out

@@ -39,9 +39,14 @@ def _const_value(m: Module, node: ast.expr) -> float | None:
         return float(node.value)
     if isinstance(node, ast.Name):
         for st in m.src.tree.body:
-            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) \
-                    and st.targets[0].id == node.id and isinstance(st.value, ast.Constant) \
-                    and isinstance(st.value.value, (int, float)):
+            if (
+                isinstance(st, ast.Assign)
+                and len(st.targets) == 1
+                and isinstance(st.targets[0], ast.Name)
+                and st.targets[0].id == node.id
+                and isinstance(st.value, ast.Constant)
+                and isinstance(st.value.value, (int, float))
+            ):
                 return float(st.value.value)
     return None
 
@@ -69,8 +74,9 @@ class Exp2(Operator):
         m = parse(source)
         if m is None:
             return []
-        return ([anchor("present", c, "exp2") for c in self._calls(m, True)] +
-                [anchor("applicable", c, "exp") for c in self._calls(m, False)])
+        return [anchor("present", c, "exp2") for c in self._calls(m, True)] + [
+            anchor("applicable", c, "exp") for c in self._calls(m, False)
+        ]
 
     def simplify(self, source: str) -> Rewrite | None:
         """``exp2(a * LOG2E)`` -> ``exp(a)``; any other ``exp2(x)`` -> ``exp(x * ln 2)``."""
@@ -141,8 +147,12 @@ class Rsqrt(Operator):
 
     @staticmethod
     def _div(m: Module, n: ast.AST) -> bool:
-        return isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div) and tl_func(n.right, m.al) == "sqrt" \
-            and len(n.right.args) == 1  # type: ignore[attr-defined]
+        return (
+            isinstance(n, ast.BinOp)
+            and isinstance(n.op, ast.Div)
+            and tl_func(n.right, m.al) == "sqrt"
+            and len(n.right.args) == 1
+        )  # type: ignore[attr-defined]
 
     def simplify(self, source: str) -> Rewrite | None:
         """``tl.rsqrt(x)`` -> ``(1.0 / tl.sqrt(x))``."""
@@ -179,7 +189,9 @@ class Rsqrt(Operator):
                             text = f"({text})" if False else text
                     else:
                         text = f"{m.src.seg(left)} * {m.tl}.rsqrt({arg})"
-                        if isinstance(m.src.parent(n), (ast.BinOp, ast.UnaryOp, ast.Attribute, ast.Subscript)):
+                        if isinstance(
+                            m.src.parent(n), (ast.BinOp, ast.UnaryOp, ast.Attribute, ast.Subscript)
+                        ):
                             text = f"({text})"
                     edits.append(Edit(*m.src.span(n), text))
         if not edits:
@@ -188,8 +200,13 @@ class Rsqrt(Operator):
 
 
 def _is_upcast(m: Module, n: ast.AST) -> bool:
-    return (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "to" and len(n.args) == 1
-            and is_tl_attr(n.args[0], m.al, "float32"))
+    return (
+        isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "to"
+        and len(n.args) == 1
+        and is_tl_attr(n.args[0], m.al, "float32")
+    )
 
 
 class Fp32Accumulate(Operator):
@@ -203,16 +220,25 @@ class Fp32Accumulate(Operator):
     anchor_description = "loads feeding reductions, or accumulators in the storage dtype"
 
     def _upcast_loads(self, m: Module) -> list[ast.Call]:
-        return [n for k in m.kernels for n in ast.walk(k.node)
-                if _is_upcast(m, n) and tl_func(n.func.value, m.al) == "load"]  # type: ignore
+        return [
+            n
+            for k in m.kernels
+            for n in ast.walk(k.node)
+            if _is_upcast(m, n) and tl_func(n.func.value, m.al) == "load"
+        ]  # type: ignore
 
     def _fp32_accs(self, m: Module) -> list[tuple[Kernel, ast.Call, ast.expr, str]]:
         out = []
         for k in m.kernels:
             accs = set(accumulators(k, m.al))
             for st in ast.walk(k.node):
-                if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name) \
-                        and st.targets[0].id in accs and tl_func(st.value, m.al) in ("zeros", "full"):
+                if (
+                    isinstance(st, ast.Assign)
+                    and len(st.targets) == 1
+                    and isinstance(st.targets[0], ast.Name)
+                    and st.targets[0].id in accs
+                    and tl_func(st.value, m.al) in ("zeros", "full")
+                ):
                     call = st.value
                     dt = kwarg(call, "dtype")  # type: ignore[arg-type]
                     if dt is None and tl_func(call, m.al) == "full" and len(call.args) >= 3:  # type: ignore
@@ -228,8 +254,12 @@ class Fp32Accumulate(Operator):
                 continue
             vec = derived_names(k.node, m.al, "arange")
             for n in ast.walk(k.node):
-                if tl_func(n, m.al) == "load" and n.args and not _is_upcast(m, m.src.parent(n)) and \
-                        any(isinstance(x, ast.Name) and x.id in vec for x in ast.walk(n.args[0])):  # type: ignore
+                if (
+                    tl_func(n, m.al) == "load"
+                    and n.args
+                    and not _is_upcast(m, m.src.parent(n))
+                    and any(isinstance(x, ast.Name) and x.id in vec for x in ast.walk(n.args[0]))
+                ):  # type: ignore
                     parent = m.src.parent(n)
                     if isinstance(parent, ast.Attribute) and parent.attr == "to":
                         continue
@@ -296,11 +326,20 @@ class DotAccumulate(Operator):
             for n in ast.walk(k.node):
                 if tl_func(n, m.al) == "dot" and (len(n.args) >= 3 or kwarg(n, "acc") is not None):  # type: ignore
                     present.append(n)
-                if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and tl_func(n.value, m.al) == "dot" \
-                        and len(n.value.args) == 2 and not n.value.keywords:  # type: ignore[attr-defined]
+                if (
+                    isinstance(n, ast.AugAssign)
+                    and isinstance(n.op, ast.Add)
+                    and tl_func(n.value, m.al) == "dot"
+                    and len(n.value.args) == 2
+                    and not n.value.keywords
+                ):  # type: ignore[attr-defined]
                     applicable.append((n, m.src.seg(n.target), n.value, m.src.seg(n.target)))
-                elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.value, ast.BinOp) \
-                        and isinstance(n.value.op, ast.Add):
+                elif (
+                    isinstance(n, ast.Assign)
+                    and len(n.targets) == 1
+                    and isinstance(n.value, ast.BinOp)
+                    and isinstance(n.value.op, ast.Add)
+                ):
                     for d, other in ((n.value.right, n.value.left), (n.value.left, n.value.right)):
                         if tl_func(d, m.al) == "dot" and len(d.args) == 2 and not d.keywords:  # type: ignore
                             applicable.append((n, m.src.seg(n.targets[0]), d, m.src.seg(other)))  # type: ignore
@@ -313,8 +352,9 @@ class DotAccumulate(Operator):
         if m is None:
             return []
         present, applicable = self._forms(m)
-        return ([anchor("present", c, "tl.dot accumulates in place") for c in present] +
-                [anchor("applicable", st, f"{t} += tl.dot(...)") for st, t, _, _ in applicable])
+        return [anchor("present", c, "tl.dot accumulates in place") for c in present] + [
+            anchor("applicable", st, f"{t} += tl.dot(...)") for st, t, _, _ in applicable
+        ]
 
     def simplify(self, source: str) -> Rewrite | None:
         """``x = tl.dot(a, b, acc)`` -> ``x = acc + tl.dot(a, b)`` (``x += tl.dot(a, b)`` when x is acc)."""
@@ -328,12 +368,22 @@ class DotAccumulate(Operator):
             kws = [m.src.seg(kw) for kw in c.keywords if kw.arg != "acc"]
             dot = f"{m.src.seg(c.func)}({', '.join([m.src.seg(a) for a in c.args[:2]] + kws)})"
             st = m.src.parent(c)
-            if isinstance(st, ast.Assign) and st.value is c and len(st.targets) == 1 and \
-                    m.src.seg(st.targets[0]) == m.src.seg(acc):
+            if (
+                isinstance(st, ast.Assign)
+                and st.value is c
+                and len(st.targets) == 1
+                and m.src.seg(st.targets[0]) == m.src.seg(acc)
+            ):
                 edits.append(Edit(*m.src.span(st), f"{m.src.seg(acc)} += {dot}"))
             else:
-                edits.append(Edit(*m.src.span(c), f"({_paren(m, acc)} + {dot})" if not isinstance(st, ast.Assign)
-                                  else f"{_paren(m, acc)} + {dot}"))
+                edits.append(
+                    Edit(
+                        *m.src.span(c),
+                        f"({_paren(m, acc)} + {dot})"
+                        if not isinstance(st, ast.Assign)
+                        else f"{_paren(m, acc)} + {dot}",
+                    )
+                )
         if not edits:
             return None
         return self._rewrite(source, apply_edits(source, edits), {}, "simplify")

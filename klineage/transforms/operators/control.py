@@ -59,12 +59,15 @@ def _replace_stmt_with(m: Module, stmt: ast.stmt, body: list[ast.stmt]) -> Edit:
 
 # ------------------------------------------------------------------------------------- mask-elision
 
+
 class MaskElision(Operator):
     """Unmasked loads when the shape divides the tile (EVEN_K style)."""
 
     id = "mask-elision"
     name = "Elide boundary masks on divisible shapes"
-    intent = "Skip boundary masks when the problem size is a multiple of the tile, selected by a constexpr flag."
+    intent = (
+        "Skip boundary masks when the problem size is a multiple of the tile, selected by a constexpr flag."
+    )
     carrier = "a @triton.heuristics divisibility flag and an if/else between unmasked and masked loads"
     anchor_predicate = "uses_mask and n_loops >= 1 and not mask_elision"
     anchor_description = "masked loads inside a loop whose mask only guards the tile boundary"
@@ -74,8 +77,10 @@ class MaskElision(Operator):
         from_test: set[str] = set()
         if k.heuristics is not None and k.heuristics.args and isinstance(k.heuristics.args[0], ast.Dict):
             for key, v in zip(k.heuristics.args[0].keys, k.heuristics.args[0].values, strict=True):
-                if str_const(key) and any(isinstance(n, (ast.Compare,)) or
-                                          (isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)) for n in ast.walk(v)):
+                if str_const(key) and any(
+                    isinstance(n, (ast.Compare,)) or (isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod))
+                    for n in ast.walk(v)
+                ):
                     from_test.add(str_const(key))  # type: ignore[arg-type]
         for la in m.launches_of(k):
             for p, v in launch_args(la, k).items():
@@ -85,7 +90,11 @@ class MaskElision(Operator):
         used = set()
         for n in ast.walk(k.node):
             if isinstance(n, ast.If):
-                t = n.test.operand if isinstance(n.test, ast.UnaryOp) and isinstance(n.test.op, ast.Not) else n.test
+                t = (
+                    n.test.operand
+                    if isinstance(n.test, ast.UnaryOp) and isinstance(n.test.op, ast.Not)
+                    else n.test
+                )
                 if isinstance(t, ast.Name):
                     used.add(t.id)
         return [p for p in k.constexprs if p in from_test and p in used]
@@ -103,8 +112,11 @@ class MaskElision(Operator):
     def _candidates(self, m: Module, k: Kernel) -> list[tuple[ast.stmt, ast.Call, list[tuple[str, str]]]]:
         out = []
         runtime = {p.name for p in k.params if not p.constexpr}
-        assigns = {st.targets[0].id: st.value for st in ast.walk(k.node) if isinstance(st, ast.Assign)
-                   and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)}
+        assigns = {
+            st.targets[0].id: st.value
+            for st in ast.walk(k.node)
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+        }
 
         def blocks(expr: ast.AST, depth: int = 0) -> set[str]:
             found: set[str] = set()
@@ -141,7 +153,9 @@ class MaskElision(Operator):
                         ok = False
                         break
                     bs = blocks(t.left)
-                    sizes = sorted({n.id for n in ast.walk(t.comparators[0]) if isinstance(n, ast.Name)} & runtime)
+                    sizes = sorted(
+                        {n.id for n in ast.walk(t.comparators[0]) if isinstance(n, ast.Name)} & runtime
+                    )
                     if len(bs) != 1 or len(sizes) != 1:
                         ok = False
                         break
@@ -161,8 +175,10 @@ class MaskElision(Operator):
                 out += [anchor("present", n, f"branch on {f} in {k.name}", k) for n, _ in self._ifs(m, k, f)]
         if not out:
             for k in m.launched:
-                out += [anchor("applicable", st, f"masked load in a loop of {k.name}", k)
-                        for st, _, _ in self._candidates(m, k)]
+                out += [
+                    anchor("applicable", st, f"masked load in a loop of {k.name}", k)
+                    for st, _, _ in self._candidates(m, k)
+                ]
         return out
 
     def simplify(self, source: str) -> Rewrite | None:
@@ -220,12 +236,18 @@ class MaskElision(Operator):
                 # unmasked copy: drop mask/other from the load (spans relative to the statement)
                 s0 = m.src.line_span(st.lineno, st.lineno)[0]
                 drops = remove_keywords(m.src, call, {"mask", "other"})
-                stmt_text = m.src.text[s0:m.src.line_span(st.end_lineno or st.lineno, st.end_lineno or st.lineno)[1]]
+                stmt_text = m.src.text[
+                    s0 : m.src.line_span(st.end_lineno or st.lineno, st.end_lineno or st.lineno)[1]
+                ]
                 for e in sorted(drops, key=lambda e: e.start, reverse=True):
-                    stmt_text = stmt_text[:e.start - s0] + e.text + stmt_text[e.end - s0:]
+                    stmt_text = stmt_text[: e.start - s0] + e.text + stmt_text[e.end - s0 :]
                 unmasked = reindent(stmt_text, indent, indent + "    ")
-                edits.append(Edit(*m.src.line_span(st.lineno, st.end_lineno or st.lineno),
-                                  f"{indent}if {flag}:\n{unmasked}{indent}else:\n{masked}"))
+                edits.append(
+                    Edit(
+                        *m.src.line_span(st.lineno, st.end_lineno or st.lineno),
+                        f"{indent}if {flag}:\n{unmasked}{indent}else:\n{masked}",
+                    )
+                )
             entries = []
             for pairs, flag in conds.items():
                 test = " and ".join(f'args["{s}"] % args["{b}"] == 0' for s, b in pairs)
@@ -234,8 +256,15 @@ class MaskElision(Operator):
             if k.heuristics is not None and k.heuristics.args and isinstance(k.heuristics.args[0], ast.Dict):
                 d = k.heuristics.args[0]
                 from klineage.transforms._source import append_item
-                edits.append(append_item(m.src, [sp for _, sp in dict_items(m.src, d)], m.src.span(d)[1] - 1,
-                                         ", ".join(entries)))
+
+                edits.append(
+                    append_item(
+                        m.src,
+                        [sp for _, sp in dict_items(m.src, d)],
+                        m.src.span(d)[1] - 1,
+                        ", ".join(entries),
+                    )
+                )
             else:
                 pos = m.src.line_span(k.jit.lineno, k.jit.lineno)[0]
                 edits.append(Edit(pos, pos, f"{indent}@{m.triton}.heuristics({{{', '.join(entries)}}})\n"))
@@ -259,6 +288,7 @@ def _merge(edits: list[Edit]) -> list[Edit]:
 
 # ------------------------------------------------------------------------------- persistent kernels
 
+
 class _Persistent(Operator):
     """Shared machinery: programs loop over work items with a program-count stride."""
 
@@ -281,10 +311,15 @@ class _Persistent(Operator):
             if rc is None or len(rc.args) < 3 or not isinstance(st.target, ast.Name):  # type: ignore[attr-defined]
                 continue
             start, step = rc.args[0], rc.args[2]
-            s_ok = any(tl_func(n, m.al) == "program_id" or (isinstance(n, ast.Name) and n.id in pid)
-                       for n in ast.walk(start))
-            t_ok = any(tl_func(n, m.al) == "num_programs" or (isinstance(n, ast.Name) and
-                       (n.id in nprog or n.id in sm_params)) for n in ast.walk(step))
+            s_ok = any(
+                tl_func(n, m.al) == "program_id" or (isinstance(n, ast.Name) and n.id in pid)
+                for n in ast.walk(start)
+            )
+            t_ok = any(
+                tl_func(n, m.al) == "num_programs"
+                or (isinstance(n, ast.Name) and (n.id in nprog or n.id in sm_params))
+                for n in ast.walk(step)
+            )
             if s_ok and t_ok:
                 out.append((st, rc))  # type: ignore[arg-type]
         return out
@@ -301,7 +336,9 @@ class _Persistent(Operator):
         out = []
         for k in m.kernels:
             if self._mine(m, k):
-                out += [anchor("present", lp, f"{k.name} loops over work items", k) for lp, _ in self._loops(m, k)]
+                out += [
+                    anchor("present", lp, f"{k.name} loops over work items", k) for lp, _ in self._loops(m, k)
+                ]
         if not out:
             for k in m.launched:
                 if self._mine(m, k) and self._apply_plan(m, k) is not None:
@@ -314,21 +351,40 @@ class _Persistent(Operator):
             return None
         node = gt[0]
         sms = sm_names(m, la.func)
-        helpers = {f.name for f in m.src.tree.body if isinstance(f, ast.FunctionDef) and any(
-            isinstance(n, ast.Attribute) and n.attr == "multi_processor_count" for n in ast.walk(f))}
+        helpers = {
+            f.name
+            for f in m.src.tree.body
+            if isinstance(f, ast.FunctionDef)
+            and any(isinstance(n, ast.Attribute) and n.attr == "multi_processor_count" for n in ast.walk(f))
+        }
         for elt in node.elts:  # type: ignore[attr-defined]
             target = elt
             if isinstance(elt, ast.Name) and la.func is not None:
-                before = [a for a in ast.walk(la.func) if isinstance(a, ast.Assign) and len(a.targets) == 1
-                          and isinstance(a.targets[0], ast.Name) and a.targets[0].id == elt.id
-                          and a.lineno <= la.call.lineno]
+                before = [
+                    a
+                    for a in ast.walk(la.func)
+                    if isinstance(a, ast.Assign)
+                    and len(a.targets) == 1
+                    and isinstance(a.targets[0], ast.Name)
+                    and a.targets[0].id == elt.id
+                    and a.lineno <= la.call.lineno
+                ]
                 target = max(before, key=lambda a: a.lineno).value if before else elt
-            if isinstance(target, ast.Call) and isinstance(target.func, ast.Name) and target.func.id == "min" \
-                    and len(target.args) == 2:
-                uses = [any((isinstance(n, ast.Name) and n.id in sms) or (isinstance(n, ast.Attribute) and
-                            n.attr == "multi_processor_count") or (isinstance(n, ast.Call) and
-                            isinstance(n.func, ast.Name) and n.func.id in helpers) for n in ast.walk(a))
-                        for a in target.args]
+            if (
+                isinstance(target, ast.Call)
+                and isinstance(target.func, ast.Name)
+                and target.func.id == "min"
+                and len(target.args) == 2
+            ):
+                uses = [
+                    any(
+                        (isinstance(n, ast.Name) and n.id in sms)
+                        or (isinstance(n, ast.Attribute) and n.attr == "multi_processor_count")
+                        or (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in helpers)
+                        for n in ast.walk(a)
+                    )
+                    for a in target.args
+                ]
                 if uses.count(True) == 1:
                     keep = target.args[uses.index(False)]
                     return Edit(*m.src.span(target), m.src.seg(keep))
@@ -354,20 +410,33 @@ class _Persistent(Operator):
             header_end = m.src.line_span(lp.body[0].lineno, lp.body[0].lineno)[0]
             start = m.src.line_span(lp.lineno, lp.lineno)[0]
             var = lp.target.id  # type: ignore[attr-defined]
-            edits.append(Edit(start, header_end, f"{indent}{var} = {m.src.seg(rc.args[0])}\n"
-                                                 f"{indent}if {var} < {m.src.seg(rc.args[1])}:\n"))
+            edits.append(
+                Edit(
+                    start,
+                    header_end,
+                    f"{indent}{var} = {m.src.seg(rc.args[0])}\n{indent}if {var} < {m.src.seg(rc.args[1])}:\n",
+                )
+            )
             edits += [f for f in fixes if f is not None]
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, sorted(set(edits), key=lambda e: e.start)), {}, "simplify")
+        return self._rewrite(
+            source, apply_edits(source, sorted(set(edits), key=lambda e: e.start)), {}, "simplify"
+        )
 
     def _apply_plan(self, m: Module, k: Kernel) -> tuple[ast.Assign, list[Launch]] | None:
         if k.autotune is not None or any(p.has_default for p in k.params):
             return None
         if any(isinstance(n, ast.Return) for n in ast.walk(k.node)):
             return None
-        pid_stmts = [st for st in k.node.body if isinstance(st, ast.Assign) and len(st.targets) == 1
-                     and isinstance(st.targets[0], ast.Name) and program_id_axis(st.value, m.al) == 0]
+        pid_stmts = [
+            st
+            for st in k.node.body
+            if isinstance(st, ast.Assign)
+            and len(st.targets) == 1
+            and isinstance(st.targets[0], ast.Name)
+            and program_id_axis(st.value, m.al) == 0
+        ]
         if len(pid_stmts) != 1:
             return None
         n_pid0 = sum(1 for n in ast.walk(k.node) if program_id_axis(n, m.al) == 0)
@@ -381,7 +450,7 @@ class _Persistent(Operator):
         return pid_stmts[0], las
 
     def apply(self, source: str, programs_per_sm: int | None = None, **_: Any) -> Rewrite | None:
-        """Loop the kernel body over work items ``for pid in tl.range(tl.program_id(0), n, tl.num_programs(0))``,
+        """Loop the kernel body over work items (``for pid in tl.range(pid0, n, tl.num_programs(0))``),
         pass the work count ``n`` and launch ``min(n, SMs x programs_per_sm)`` programs."""
         m = parse(source)
         if m is None:
@@ -403,11 +472,18 @@ class _Persistent(Operator):
             if not rest:
                 continue
             head = m.src.line_span(pid_stmt.lineno, pid_stmt.end_lineno or pid_stmt.lineno)
-            edits.append(Edit(head[0], head[1],
-                              f"{indent}for {var} in {tl}.range({tl}.program_id(0), {work}, {tl}.num_programs(0)):\n"))
+            edits.append(
+                Edit(
+                    head[0],
+                    head[1],
+                    f"{indent}for {var} in {tl}.range({tl}.program_id(0), {work}, {tl}.num_programs(0)):\n",
+                )
+            )
             first, last = m.src.stmt_lines(rest[0])[0], m.src.stmt_lines(rest[-1])[1]
             span = m.src.line_span(first, last)
-            edits.append(Edit(span[0], span[1], reindent(m.src.text[span[0]:span[1]], indent, indent + "    ")))
+            edits.append(
+                Edit(span[0], span[1], reindent(m.src.text[span[0] : span[1]], indent, indent + "    "))
+            )
             edits.append(add_param(m.src, k.node, work))
             for la in las:
                 gt = grid_tuple(m, la)
@@ -415,17 +491,29 @@ class _Persistent(Operator):
                 elt = gt[0].elts[0]  # type: ignore[attr-defined]
                 host_stmt = la.stmt
                 # the grid tuple may be bound earlier: insert before whichever comes first
-                grid_stmt = next((s for s in ast.walk(la.func) if isinstance(s, ast.Assign)  # type: ignore[arg-type]
-                                  and s.value is gt[0]), None)
+                grid_stmt = next(
+                    (
+                        s
+                        for s in ast.walk(la.func)
+                        if isinstance(s, ast.Assign)  # type: ignore[arg-type]
+                        and s.value is gt[0]
+                    ),
+                    None,
+                )
                 anchor_stmt = grid_stmt if grid_stmt is not None else host_stmt
                 assert anchor_stmt is not None
                 hindent = m.src.indent_of(anchor_stmt.lineno)
                 hosts = unique_name(m.src.tree, "num_sms")
                 pos = m.src.line_span(anchor_stmt.lineno, anchor_stmt.lineno)[0]
-                edits.append(Edit(pos, pos,
-                                  f"{hindent}{hosts} = (torch.cuda.get_device_properties(torch.cuda.current_device())"
-                                  f".multi_processor_count if torch.cuda.is_available() else 4)\n"
-                                  f"{hindent}{work} = {m.src.seg(elt)}\n"))
+                edits.append(
+                    Edit(
+                        pos,
+                        pos,
+                        f"{hindent}{hosts} = (torch.cuda.get_device_properties(torch.cuda.current_device())"
+                        f".multi_processor_count if torch.cuda.is_available() else 4)\n"
+                        f"{hindent}{work} = {m.src.seg(elt)}\n",
+                    )
+                )
                 mult = f" * {per_sm}" if per_sm != 1 else ""
                 edits.append(Edit(*m.src.span(elt), f"min({work}, {hosts}{mult})"))
                 edits.append(add_keyword(m.src, la.call, f"{work}={work}"))
@@ -439,8 +527,12 @@ class Persistent(_Persistent):
 
     id = "persistent"
     name = "Persistent tile loop"
-    intent = "Launch about one program per SM and let each loop over output tiles, amortizing launch and prologue."
-    carrier = "the kernel body wrapped in a tile loop strided by tl.num_programs, and the grid min(tiles, SMs)"
+    intent = (
+        "Launch about one program per SM and let each loop over output tiles, amortizing launch and prologue."
+    )
+    carrier = (
+        "the kernel body wrapped in a tile loop strided by tl.num_programs, and the grid min(tiles, SMs)"
+    )
     anchor_predicate = "has_dot and not persistent"
     anchor_description = "a tl.dot kernel with one program per output tile on a 1-D grid"
     dot = True
@@ -453,8 +545,12 @@ class RowPersistent(_Persistent):
 
     id = "row-persistent"
     name = "Row-persistent grid"
-    intent = "Size the grid by occupancy and let each program stride over rows instead of one program per row."
-    carrier = "the kernel body wrapped in a row loop strided by tl.num_programs, and the grid min(rows, SMs x k)"
+    intent = (
+        "Size the grid by occupancy and let each program stride over rows instead of one program per row."
+    )
+    carrier = (
+        "the kernel body wrapped in a row loop strided by tl.num_programs, and the grid min(rows, SMs x k)"
+    )
     anchor_predicate = "not has_dot and not persistent"
     anchor_description = "a row or elementwise kernel with one program per row/block on a 1-D grid"
     dot = False
@@ -463,6 +559,7 @@ class RowPersistent(_Persistent):
 
 
 # ----------------------------------------------------------------------------------------- multi-row
+
 
 class MultiRow(Operator):
     """Several rows per program (2-D tile) for short rows."""
@@ -487,12 +584,23 @@ class MultiRow(Operator):
         blocks = arange_blocks(k, m.al)
         closure: dict[str, set[str]] = {}
         for p in blocks:
-            names = {n for n, v in assigns.items() if any(tl_func(c, m.al) == "arange" and len(c.args) == 2 and  # type: ignore
-                                                          isinstance(c.args[1], ast.Name) and c.args[1].id == p  # type: ignore
-                                                          for c in ast.walk(v))}
+            names = {
+                n
+                for n, v in assigns.items()
+                if any(
+                    tl_func(c, m.al) == "arange"
+                    and len(c.args) == 2  # type: ignore
+                    and isinstance(c.args[1], ast.Name)
+                    and c.args[1].id == p  # type: ignore
+                    for c in ast.walk(v)
+                )
+            }
             while True:
-                grown = names | {n for n, v in assigns.items() if any(isinstance(x, ast.Name) and x.id in names
-                                                                      for x in ast.walk(v))}
+                grown = names | {
+                    n
+                    for n, v in assigns.items()
+                    if any(isinstance(x, ast.Name) and x.id in names for x in ast.walk(v))
+                }
                 if grown == names:
                     break
                 names = grown
@@ -500,9 +608,15 @@ class MultiRow(Operator):
         for p in blocks:
             names = closure[p] - set().union(*[closure[q] for q in blocks if q != p])
             for n in ast.walk(k.node):
-                if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id in names and \
-                        isinstance(n.slice, ast.Tuple) and len(n.slice.elts) == 2 and \
-                        isinstance(n.slice.elts[0], ast.Slice) and isinstance(n.slice.elts[1], ast.Constant):
+                if (
+                    isinstance(n, ast.Subscript)
+                    and isinstance(n.value, ast.Name)
+                    and n.value.id in names
+                    and isinstance(n.slice, ast.Tuple)
+                    and len(n.slice.elts) == 2
+                    and isinstance(n.slice.elts[0], ast.Slice)
+                    and isinstance(n.slice.elts[1], ast.Constant)
+                ):
                     out.append(p)
                     break
         return out
@@ -536,8 +650,12 @@ class MultiRow(Operator):
         m = parse(source)
         if m is None:
             return None
-        edits = {Edit(*m.src.span(v), "1") for k in m.kernels for _, _, v in self._sites(m, k)
-                 if not (isinstance(v, ast.Constant) and v.value == 1)}
+        edits = {
+            Edit(*m.src.span(v), "1")
+            for k in m.kernels
+            for _, _, v in self._sites(m, k)
+            if not (isinstance(v, ast.Constant) and v.value == 1)
+        }
         if not edits:
             return None
         return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
@@ -556,7 +674,9 @@ class MultiRow(Operator):
                 args = launch_args(la, k)
                 if len(cols) != 1 or cols[0] not in args:
                     continue
-                edits.add(Edit(*m.src.span(v), f"max(1, min({tile_elems} // {m.src.seg(args[cols[0]])}, 16))"))
+                edits.add(
+                    Edit(*m.src.span(v), f"max(1, min({tile_elems} // {m.src.seg(args[cols[0]])}, 16))")
+                )
         if not edits:
             return None
         return self._rewrite(source, apply_edits(source, edits), {"tile_elems": tile_elems}, "apply")

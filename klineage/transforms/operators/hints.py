@@ -52,14 +52,22 @@ class ContiguityHints(Operator):
         out = []
         for k in m.kernels:
             for st in ast.walk(k.node):
-                if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)):
+                if not (
+                    isinstance(st, ast.Assign)
+                    and len(st.targets) == 1
+                    and isinstance(st.targets[0], ast.Name)
+                ):
                     continue
                 v = st.value
                 if not (isinstance(v, ast.BinOp) and isinstance(v.op, ast.Add)):
                     continue
                 for mul, ar in ((v.left, v.right), (v.right, v.left)):
-                    if tl_func(ar, m.al) == "arange" and len(ar.args) == 2 and isinstance(mul, ast.BinOp) \
-                            and isinstance(mul.op, ast.Mult):  # type: ignore[attr-defined]
+                    if (
+                        tl_func(ar, m.al) == "arange"
+                        and len(ar.args) == 2
+                        and isinstance(mul, ast.BinOp)
+                        and isinstance(mul.op, ast.Mult)
+                    ):  # type: ignore[attr-defined]
                         block = m.src.seg(ar.args[1])  # type: ignore[attr-defined]
                         if block in (m.src.seg(mul.left), m.src.seg(mul.right)):
                             out.append((k, st, block))
@@ -71,8 +79,10 @@ class ContiguityHints(Operator):
         if m is None:
             return []
         out = [anchor("present", c, f"{tl_func(c, m.al)} hint", None) for c in self._hint_calls(m)]
-        out += [anchor("applicable", st, f"block offsets {st.targets[0].id} in {k.name}", k)  # type: ignore
-                for k, st, _ in self._candidates(m)]
+        out += [
+            anchor("applicable", st, f"block offsets {st.targets[0].id} in {k.name}", k)  # type: ignore
+            for k, st, _ in self._candidates(m)
+        ]
         return out
 
     def simplify(self, source: str) -> Rewrite | None:
@@ -86,8 +96,13 @@ class ContiguityHints(Operator):
             while tl_func(inner, m.al) in _HINTS and inner.args:  # type: ignore[attr-defined]
                 inner = inner.args[0]  # type: ignore[attr-defined]
             parent = m.src.parent(call)
-            if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(inner, ast.Name) \
-                    and isinstance(parent.targets[0], ast.Name) and parent.targets[0].id == inner.id:
+            if (
+                isinstance(parent, ast.Assign)
+                and len(parent.targets) == 1
+                and isinstance(inner, ast.Name)
+                and isinstance(parent.targets[0], ast.Name)
+                and parent.targets[0].id == inner.id
+            ):
                 edits.append(Edit(*m.src.line_span(parent.lineno, parent.end_lineno or parent.lineno), ""))
             else:
                 edits.append(Edit(*m.src.span(call), m.src.seg(inner)))
@@ -101,8 +116,13 @@ class ContiguityHints(Operator):
         if m is None:
             return None
         tl = m.tl
-        edits = [Edit(*m.src.span(st.value), f"{tl}.max_contiguous({tl}.multiple_of({m.src.seg(st.value)}, {b}), {b})")
-                 for _, st, b in self._candidates(m)]
+        edits = [
+            Edit(
+                *m.src.span(st.value),
+                f"{tl}.max_contiguous({tl}.multiple_of({m.src.seg(st.value)}, {b}), {b})",
+            )
+            for _, st, b in self._candidates(m)
+        ]
         if not edits:
             return None
         return self._rewrite(source, apply_edits(source, edits), dict(params), "apply")
@@ -111,8 +131,11 @@ class ContiguityHints(Operator):
 def _base_param(m: Module, k: Kernel, ptr: ast.expr) -> str | None:
     """The pointer parameter a pointer expression starts from (following local assignments)."""
     params = {p.name for p in k.params}
-    assigns = {st.targets[0].id: st.value for st in ast.walk(k.node) if isinstance(st, ast.Assign)
-               and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)}
+    assigns = {
+        st.targets[0].id: st.value
+        for st in ast.walk(k.node)
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+    }
     node: ast.AST = ptr
     for _ in range(8):
         while isinstance(node, ast.BinOp):
@@ -143,8 +166,9 @@ class EvictionHints(Operator):
         for n in ast.walk(k.node):
             if tl_func(n, m.al) == "load" and n.args:  # type: ignore[attr-defined]
                 ptr = n.args[0]  # type: ignore[attr-defined]
-                if any(isinstance(x, ast.Name) and x.id in vec for x in ast.walk(ptr)) or \
-                        any(tl_func(x, m.al) == "arange" for x in ast.walk(ptr)):
+                if any(isinstance(x, ast.Name) and x.id in vec for x in ast.walk(ptr)) or any(
+                    tl_func(x, m.al) == "arange" for x in ast.walk(ptr)
+                ):
                     out.append(n)
         return sorted(out, key=lambda c: (c.lineno, c.col_offset))  # type: ignore[return-value]
 
@@ -169,8 +193,12 @@ class EvictionHints(Operator):
         m = parse(source)
         if m is None:
             return None
-        edits = [e for k in m.kernels for c in ast.walk(k.node)
-                 if tl_func(c, m.al) in ("load", "store") and (e := remove_keyword(m.src, c, "eviction_policy"))]  # type: ignore
+        edits = [
+            e
+            for k in m.kernels
+            for c in ast.walk(k.node)
+            if tl_func(c, m.al) in ("load", "store") and (e := remove_keyword(m.src, c, "eviction_policy"))
+        ]  # type: ignore
         if not edits:
             return None
         return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
@@ -219,8 +247,13 @@ class Int64Offsets(Operator):
         out = []
         for k in m.kernels:
             for n in ast.walk(k.node):
-                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "to" \
-                        and n.args and is_tl_attr(n.args[0], m.al, "int64"):
+                if (
+                    isinstance(n, ast.Call)
+                    and isinstance(n.func, ast.Attribute)
+                    and n.func.attr == "to"
+                    and n.args
+                    and is_tl_attr(n.args[0], m.al, "int64")
+                ):
                     out.append((n, n.func.value))
                 elif tl_func(n, m.al) == "cast" and len(n.args) >= 2 and is_tl_attr(n.args[1], m.al, "int64"):  # type: ignore
                     out.append((n, n.args[0]))  # type: ignore[attr-defined]
@@ -236,8 +269,12 @@ class Int64Offsets(Operator):
                     continue
                 for idx, other in ((n.left, n.right), (n.right, n.left)):
                     base = idx.value if isinstance(idx, ast.Subscript) else idx
-                    if isinstance(base, ast.Name) and base.id in pid and isinstance(other, ast.Name) \
-                            and other.id in runtime:
+                    if (
+                        isinstance(base, ast.Name)
+                        and base.id in pid
+                        and isinstance(other, ast.Name)
+                        and other.id in runtime
+                    ):
                         out.append((k, idx))
                         break
         return out
@@ -249,8 +286,10 @@ class Int64Offsets(Operator):
             return []
         out = [anchor("present", c, "cast to tl.int64") for c, _ in self._casts(m)]
         if not out:
-            out = [anchor("applicable", e, f"32-bit index {m.src.seg(e)} times a stride", k)
-                   for k, e in self._candidates(m)]
+            out = [
+                anchor("applicable", e, f"32-bit index {m.src.seg(e)} times a stride", k)
+                for k, e in self._candidates(m)
+            ]
         return out
 
     def simplify(self, source: str) -> Rewrite | None:

@@ -7,7 +7,8 @@ int passed at the launch), so they work on any kernel whose tunables are literal
 from __future__ import annotations
 
 import ast
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from klineage.transforms._source import (
     Edit,
@@ -52,12 +53,18 @@ def _has_dot(k: Kernel, m: Module) -> bool:
 
 
 def _has_load_loop(k: Kernel, m: Module) -> bool:
-    return any(any(tl_func(n, m.al) == "load" or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                                                  and n.func.attr == "load") for n in ast.walk(lp))
-               for lp in loops(k.node))
+    return any(
+        any(
+            tl_func(n, m.al) == "load"
+            or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "load")
+            for n in ast.walk(lp)
+        )
+        for lp in loops(k.node)
+    )
 
 
 # ----------------------------------------------------------------------------------------- autotune
+
 
 def _pinned_configs(m: Module, k: Kernel) -> list[list[tuple[str, str]]] | None:
     """Each config of an autotune decorator as ``[(name, value source)]``: a literal list of
@@ -67,16 +74,31 @@ def _pinned_configs(m: Module, k: Kernel) -> list[list[tuple[str, str]]] | None:
     node = kwarg(k.autotune, "configs") or (k.autotune.args[0] if k.autotune.args else None)
     table_env: dict[str, ast.expr] = {}
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args:
-        fn = next((f for f in m.src.tree.body if isinstance(f, ast.FunctionDef) and f.name == node.func.id), None)
+        fn = next(
+            (f for f in m.src.tree.body if isinstance(f, ast.FunctionDef) and f.name == node.func.id), None
+        )
         rets = [r for r in ast.walk(fn) if isinstance(r, ast.Return)] if fn else []
         node = rets[0].value if len(rets) == 1 else None
         if fn is not None:
             for st in fn.body:
-                if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                if (
+                    isinstance(st, ast.Assign)
+                    and len(st.targets) == 1
+                    and isinstance(st.targets[0], ast.Name)
+                ):
                     table_env[st.targets[0].id] = st.value
     elif isinstance(node, ast.Name):
-        node = next((s.value for s in m.src.tree.body if isinstance(s, ast.Assign) and len(s.targets) == 1
-                     and isinstance(s.targets[0], ast.Name) and s.targets[0].id == node.id), None)
+        node = next(
+            (
+                s.value
+                for s in m.src.tree.body
+                if isinstance(s, ast.Assign)
+                and len(s.targets) == 1
+                and isinstance(s.targets[0], ast.Name)
+                and s.targets[0].id == node.id
+            ),
+            None,
+        )
     if isinstance(node, (ast.List, ast.Tuple)):
         cfgs = [c for c in node.elts if isinstance(c, ast.Call) and (dotted(c.func) or "").endswith("Config")]
         if len(cfgs) != len(node.elts) or not cfgs:
@@ -151,7 +173,7 @@ class Autotune(Operator):
     carrier = "the kernel's decorators (@triton.autotune with configs and key) and the launch keywords"
     anchor_predicate = "n_kernels >= 1 and not uses_autotune"
     anchor_description = "a kernel launched with literal tile sizes (constexpr keywords) and no autotuning"
-    default_params = {"config": 0}
+    default_params: ClassVar[Mapping[str, Any]] = {"config": 0}
 
     def detect(self, source: str) -> list[Anchor]:
         """Autotuned kernels (present) and launched kernels with literal constexpr tiles (applicable)."""
@@ -174,8 +196,10 @@ class Autotune(Operator):
             return None
         edits: list[Edit] = []
         for k in m.kernels:
-            if k.autotune is None or any(kw.arg in ("reset_to_zero", "restore_value", "pre_hook", "post_hook")
-                                         for kw in k.autotune.keywords):
+            if k.autotune is None or any(
+                kw.arg in ("reset_to_zero", "restore_value", "pre_hook", "post_hook")
+                for kw in k.autotune.keywords
+            ):
                 continue
             cfgs = _pinned_configs(m, k)
             if cfgs is None or config >= len(cfgs):
@@ -188,7 +212,7 @@ class Autotune(Operator):
                 extra = [f"{n}={v}" for n, v in pinned if n not in passed]
                 if la.helper is not None and self._helper_uses_autotuner(m, la.helper):
                     call = la.call
-                    rest = [m.src.seg(a) for a in call.args[la.skip:]]
+                    rest = [m.src.seg(a) for a in call.args[la.skip :]]
                     rest += [m.src.seg(kw) for kw in call.keywords] + extra
                     text = f"{la.kernel}[{m.src.seg(la.grid)}]({', '.join(rest)})"
                     edits.append(Edit(*m.src.span(call), text))
@@ -259,8 +283,11 @@ class Autotune(Operator):
                 elif grid_edit is not True:
                     la_edits.append(grid_edit)  # type: ignore[arg-type]
                 # a tuned local used anywhere else in host code would go stale
-                uses = [n for n in ast.walk(la.func) if isinstance(n, ast.Name) and n.id in local_names
-                        and isinstance(n.ctx, ast.Load)]
+                uses = [
+                    n
+                    for n in ast.walk(la.func)
+                    if isinstance(n, ast.Name) and n.id in local_names and isinstance(n.ctx, ast.Load)
+                ]
                 grid_nodes = set(map(id, ast.walk(la.grid))) | set(map(id, ast.walk(la.call)))
                 gt = grid_tuple(m, la)
                 if gt is not None:
@@ -274,8 +301,10 @@ class Autotune(Operator):
             key = self._key(m, k)
             indent = m.src.indent_of(k.node.lineno)
             cfg_lines = "".join(f"{indent}        {m.triton}.Config({c}),\n" for c in configs)
-            deco = (f"{indent}@{m.triton}.autotune(\n{indent}    configs=[\n{cfg_lines}{indent}    ],\n"
-                    f"{indent}    key={key!r},\n{indent})\n")
+            deco = (
+                f"{indent}@{m.triton}.autotune(\n{indent}    configs=[\n{cfg_lines}{indent}    ],\n"
+                f"{indent}    key={key!r},\n{indent})\n"
+            )
             first = min([d.lineno for d in k.node.decorator_list])
             pos = m.src.line_span(first, first)[0]
             edits.append(Edit(pos, pos, deco))
@@ -285,7 +314,7 @@ class Autotune(Operator):
 
     @staticmethod
     def _configs(tun: dict[str, int], meta: dict[str, int], dot: bool) -> list[str]:
-        lo = 16 if dot else 16
+        lo = 16
         variants = [dict(tun)]
         bigger = {p: min(v * 2, 256 if dot else 65536) for p, v in tun.items()}
         smaller = {p: max(v // 2, lo) for p, v in tun.items()}
@@ -343,7 +372,7 @@ class Autotune(Operator):
         text = m.src.text[start:end]
         for h in sorted(hits, key=lambda n: m.src.span(n)[0], reverse=True):
             hs, he = m.src.span(h)
-            text = text[:hs - start] + f"META[{local_names[h.id]!r}]" + text[he - start:]
+            text = text[: hs - start] + f"META[{local_names[h.id]!r}]" + text[he - start :]
         return Edit(start, end, f"lambda META: {text}")
 
 
@@ -361,6 +390,7 @@ def _merge_appends(edits: list[Edit]) -> list[Edit]:
 
 # ---------------------------------------------------------------------------------------- tile-size
 
+
 def _tile_params(m: Module, k: Kernel, include_steps: bool) -> list[str]:
     steps = loop_step_names(k, m.al)
     return [p for p in arange_blocks(k, m.al) if include_steps or p not in steps]
@@ -375,7 +405,7 @@ class TileSize(Operator):
     carrier = "the tile-size constexpr values (autotune configs, launch keywords or the local ints)"
     anchor_predicate = "has_dot"
     anchor_description = "a tl.dot kernel whose output tile sizes are literal ints"
-    default_params = {"factor": 2, "max_tile": 256}
+    default_params: ClassVar[Mapping[str, Any]] = {"factor": 2, "max_tile": 256}
     small = 32
 
     def _sites(self, m: Module, include_steps: bool) -> list[tuple[Kernel, Any]]:
@@ -388,6 +418,7 @@ class TileSize(Operator):
                 d = param_default(k, p)
                 if int_const(d) is not None:
                     from klineage.transforms._triton import Site
+
                     out.append((k, Site(p, d, "default", k.node)))  # type: ignore[arg-type]
         return out
 
@@ -407,8 +438,11 @@ class TileSize(Operator):
         m = parse(source)
         if m is None:
             return None
-        edits = [set_int(m, s, self.small) for _, s in self._sites(m, include_steps=True)
-                 if (int_value(s) or 0) > self.small]
+        edits = [
+            set_int(m, s, self.small)
+            for _, s in self._sites(m, include_steps=True)
+            if (int_value(s) or 0) > self.small
+        ]
         if not edits:
             return None
         return self._rewrite(source, apply_edits(source, edits), {"tile": self.small}, "simplify")
@@ -426,11 +460,13 @@ class TileSize(Operator):
                 edits.append(set_int(m, s, new))
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), {"factor": factor, "max_tile": max_tile},
-                             "apply")
+        return self._rewrite(
+            source, apply_edits(source, edits), {"factor": factor, "max_tile": max_tile}, "apply"
+        )
 
 
 # ---------------------------------------------------------------------------------------- num-warps
+
 
 class NumWarps(Operator):
     """Warps per program matched to the tile."""
@@ -460,12 +496,17 @@ class NumWarps(Operator):
         m = parse(source)
         if m is None:
             return []
-        out = [anchor("present", call, f"num_warps={m.src.seg(v)} for {k.name}", k) for k, call, v in self._sites(m)]
+        out = [
+            anchor("present", call, f"num_warps={m.src.seg(v)} for {k.name}", k)
+            for k, call, v in self._sites(m)
+        ]
         with_sites = {k.name for k, _, _ in self._sites(m)}
         for k in m.launched:
             if k.name not in with_sites and self._warps_expr(m, k) is not None:
                 for la in m.launches_of(k):
-                    out.append(anchor("applicable", la.call, f"{k.name} launches with the default 4 warps", k))
+                    out.append(
+                        anchor("applicable", la.call, f"{k.name} launches with the default 4 warps", k)
+                    )
         return out
 
     def simplify(self, source: str) -> Rewrite | None:
@@ -552,6 +593,7 @@ class NumWarps(Operator):
 
 # --------------------------------------------------------------------------------------- pipelining
 
+
 class Pipelining(Operator):
     """Software pipelining of loads in loops (num_stages)."""
 
@@ -616,10 +658,16 @@ class Pipelining(Operator):
             target = num_stages or (4 if dot_loops(k, m.al) else 3)
             mine = [(c, v) for kk, c, v in sites if kk is k]
             if mine:
-                edits += [Edit(*m.src.span(v), str(target)) for _, v in mine
-                          if int_const(v) is not None and (int_const(v) or 0) < target]
+                edits += [
+                    Edit(*m.src.span(v), str(target))
+                    for _, v in mine
+                    if int_const(v) is not None and (int_const(v) or 0) < target
+                ]
             elif k.autotune is not None:
-                edits += [add_keyword(m.src, cfg, f"num_stages={target}") for cfg in autotune_configs(k.autotune, m.al, m.src.tree)]
+                edits += [
+                    add_keyword(m.src, cfg, f"num_stages={target}")
+                    for cfg in autotune_configs(k.autotune, m.al, m.src.tree)
+                ]
             else:
                 edits += [add_keyword(m.src, la.call, f"num_stages={target}") for la in m.launches_of(k)]
         if not edits:
@@ -629,16 +677,20 @@ class Pipelining(Operator):
 
 # ------------------------------------------------------------------------------------ grouped-order
 
+
 class GroupedOrder(Operator):
     """GROUP_SIZE_M program-id swizzle for L2 reuse."""
 
     id = "grouped-order"
     name = "Grouped tile order"
-    intent = "Launch output tiles in groups of GROUP_SIZE_M rows so concurrent programs share A and B panels in L2."
+    intent = (
+        "Launch output tiles in groups of GROUP_SIZE_M rows so concurrent programs share A and B "
+        "panels in L2."
+    )
     carrier = "the program-id to tile mapping at the top of the kernel and the GROUP_SIZE_M constexpr"
     anchor_predicate = "has_dot and not grouped_order"
     anchor_description = "a 2-D tiled tl.dot kernel mapping program ids to tiles row-major"
-    default_params = {"group_size": 8}
+    default_params: ClassVar[Mapping[str, Any]] = {"group_size": 8}
 
     def _group_params(self, m: Module, k: Kernel) -> list[str]:
         return [p for p in k.constexprs if "GROUP" in p.upper()]
@@ -660,11 +712,19 @@ class GroupedOrder(Operator):
             mods: dict[tuple[str, str], ast.Assign] = {}
             pids: dict[int, ast.Assign] = {}
             for st in body:
-                if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)):
+                if not (
+                    isinstance(st, ast.Assign)
+                    and len(st.targets) == 1
+                    and isinstance(st.targets[0], ast.Name)
+                ):
                     continue
                 v = st.value
-                if isinstance(v, ast.BinOp) and isinstance(v.left, ast.Name) and isinstance(v.right, ast.Name) \
-                        and (v.left.id in derived):
+                if (
+                    isinstance(v, ast.BinOp)
+                    and isinstance(v.left, ast.Name)
+                    and isinstance(v.right, ast.Name)
+                    and (v.left.id in derived)
+                ):
                     if isinstance(v.op, ast.FloorDiv):
                         divs[(v.left.id, v.right.id)] = st
                     elif isinstance(v.op, ast.Mod):
@@ -703,8 +763,12 @@ class GroupedOrder(Operator):
         m = parse(source)
         if m is None:
             return None
-        edits = [Edit(*m.src.span(v), "1") for k in m.kernels for _, v in self._sites(m, k)
-                 if (int_const(v) or 0) > 1]
+        edits = [
+            Edit(*m.src.span(v), "1")
+            for k in m.kernels
+            for _, v in self._sites(m, k)
+            if (int_const(v) or 0) > 1
+        ]
         if not edits:
             return None
         return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
@@ -736,25 +800,34 @@ class GroupedOrder(Operator):
             if isinstance(first.value, ast.Call):  # two program_id axes
                 later = max(first, second, key=lambda s: s.lineno)
                 pos = m.src.line_span(later.end_lineno or later.lineno, later.end_lineno or later.lineno)[1]
-                edits.append(Edit(pos, pos, f"{indent}{xm}, {xn} = {tl}.swizzle2d({xm}, {xn}, {tl}.num_programs(0), "
-                                            f"{tl}.num_programs(1), {g})\n"))
+                edits.append(
+                    Edit(
+                        pos,
+                        pos,
+                        f"{indent}{xm}, {xn} = {tl}.swizzle2d({xm}, {xn}, {tl}.num_programs(0), "
+                        f"{tl}.num_programs(1), {g})\n",
+                    )
+                )
             else:
                 pid = first.value.left.id  # type: ignore[attr-defined]
                 q = first.value.right.id  # type: ignore[attr-defined]
-                names = {b: unique_name(m.src.tree, b) for b in
-                         ("num_pid_in_group", "group_id", "first_pid_m", "group_size_m", "num_pid_m")}
+                names = {
+                    b: unique_name(m.src.tree, b)
+                    for b in ("num_pid_in_group", "group_id", "first_pid_m", "group_size_m", "num_pid_m")
+                }
                 npm = self._num_pid_m(m, k, q)
                 pre = ""
                 if npm is None:
                     npm = names["num_pid_m"]
                     pre = f"{indent}{npm} = {tl}.num_programs(0) // {q}\n"
-                block = (pre +
-                         f"{indent}{names['num_pid_in_group']} = {g} * {q}\n"
-                         f"{indent}{names['group_id']} = {pid} // {names['num_pid_in_group']}\n"
-                         f"{indent}{names['first_pid_m']} = {names['group_id']} * {g}\n"
-                         f"{indent}{names['group_size_m']} = min({npm} - {names['first_pid_m']}, {g})\n"
-                         f"{indent}{xm} = {names['first_pid_m']} + ({pid} % {names['group_size_m']})\n"
-                         f"{indent}{xn} = ({pid} % {names['num_pid_in_group']}) // {names['group_size_m']}\n")
+                block = (
+                    pre + f"{indent}{names['num_pid_in_group']} = {g} * {q}\n"
+                    f"{indent}{names['group_id']} = {pid} // {names['num_pid_in_group']}\n"
+                    f"{indent}{names['first_pid_m']} = {names['group_id']} * {g}\n"
+                    f"{indent}{names['group_size_m']} = min({npm} - {names['first_pid_m']}, {g})\n"
+                    f"{indent}{xm} = {names['first_pid_m']} + ({pid} % {names['group_size_m']})\n"
+                    f"{indent}{xn} = ({pid} % {names['num_pid_in_group']}) // {names['group_size_m']}\n"
+                )
                 a = m.src.line_span(first.lineno, first.end_lineno or first.lineno)
                 b = m.src.line_span(second.lineno, second.end_lineno or second.lineno)
                 if b[0] == a[1]:
@@ -772,7 +845,13 @@ class GroupedOrder(Operator):
 
     @staticmethod
     def _num_pid_m(m: Module, k: Kernel, q: str) -> str | None:
-        cdivs = [st.targets[0].id for st in k.node.body if isinstance(st, ast.Assign) and len(st.targets) == 1
-                 and isinstance(st.targets[0], ast.Name) and tl_func(st.value, m.al) == "cdiv"]
+        cdivs = [
+            st.targets[0].id
+            for st in k.node.body
+            if isinstance(st, ast.Assign)
+            and len(st.targets) == 1
+            and isinstance(st.targets[0], ast.Name)
+            and tl_func(st.value, m.al) == "cdiv"
+        ]
         others = [c for c in cdivs if c != q]
         return others[0] if len(others) == 1 and q in cdivs else None
