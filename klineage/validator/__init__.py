@@ -1,0 +1,19 @@
+"""The validator: gates (static, compile, correctness, integrity, performance), sandbox, service, client.
+
+DESIGN.md, "Validator". Use a ``ValidatorClient``::
+
+    from klineage.validator import LocalValidator, HttpValidator
+    result = LocalValidator().validate(source, "workloads/softmax")      # a schema.gate_result.GateResult
+    result = HttpValidator("http://127.0.0.1:8100").validate(source, "softmax")
+
+Imports only ``klineage.schema`` from the rest of KLineage. The worker (``klineage.validator.worker``)
+needs only the standard library, torch, triton and numpy; the service (``klineage.validator.service``)
+adds FastAPI and is imported only when served.
+"""
+
+from klineage.schema.gate_result import GATES, GateOutcome, GateResult
+from klineage.validator.client import HttpValidator, LocalValidator, ValidatorClient, ValidatorUnavailable
+from klineage.validator.runner import ValidationRequestError
+
+__all__ = ["GATES", "GateOutcome", "GateResult", "HttpValidator", "LocalValidator", "ValidationRequestError",
+           "ValidatorClient", "ValidatorUnavailable"]

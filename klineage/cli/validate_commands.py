@@ -1,0 +1,130 @@
+"""Validator commands: ``klineage validate CANDIDATE.py --workload DIR`` and ``klineage validator serve``.
+
+Exit codes of ``validate``: 0 when the verdict is pass, 1 when a gate failed, 2 on bad usage (missing or
+non-UTF-8 candidate, missing workload folder, malformed manifest, unknown gate, bad shapes). With
+``--json`` stdout carries the gate result document alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+out = Console()
+err = Console(stderr=True)
+
+validator_app = typer.Typer(name="validator", help="The validator service (gates behind an HTTP API).",
+                            no_args_is_help=True)
+
+_STYLE = {"pass": "green", "fail": "bold red", "skipped": "yellow"}
+
+
+def _default_cache() -> Path:
+    return Path(os.environ.get("KLINEAGE_VALIDATOR_CACHE", ".klineage/validator/cache.sqlite"))
+
+
+def _print_table(doc: dict[str, Any], cached: bool) -> None:
+    table = Table(title=f"{doc.get('workload', '')}: verdict "
+                        f"[{_STYLE.get(doc['verdict'], '')}]{doc['verdict']}[/]" + (" (cached)" if cached else ""))
+    table.add_column("gate")
+    table.add_column("status")
+    table.add_column("reason", overflow="fold")
+    for gate in doc["gates"]:
+        style = _STYLE.get(gate["status"], "")
+        table.add_row(gate["gate"], f"[{style}]{gate['status']}[/]", gate["reason"])
+    out.print(table)
+    out.print(f"kernel {doc['kernel_sha'][:16]}  gpu: {doc['gpu']}  "
+              f"torch {doc['versions'].get('torch', '?')}  triton {doc['versions'].get('triton', '?')}  "
+              f"{doc.get('date', '')}")
+
+
+def validate(
+    candidate: Annotated[Path, typer.Argument(help="Candidate module (defines run(*inputs)).")],
+    workload: Annotated[str, typer.Option("--workload", "-w",
+                                          help="Workload folder (with --server: the workload's name).")],
+    gates: Annotated[str, typer.Option(help="Comma-separated gates to run (static always runs).")] =
+        "static,compile,correctness,integrity,performance",
+    json_out: Annotated[bool, typer.Option("--json", help="Print only the gate result document.")] = False,
+    shapes: Annotated[str | None, typer.Option(help="JSON list of shapes instead of the manifest's grid.")] = None,
+    server: Annotated[str | None, typer.Option(help="Validator service URL (default: run locally).")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Wall-clock limit per job, seconds.")] = None,
+    cpu: Annotated[bool, typer.Option("--cpu", help="Interpreter mode even when a GPU is present.")] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the result cache.")] = False,
+) -> None:
+    """Run the validator's gates on CANDIDATE for a workload and print the gate result document."""
+    from klineage.validator import HttpValidator, LocalValidator, ValidationRequestError, ValidatorUnavailable
+    from klineage.validator.runner import check_candidate_text
+
+    def bad(message: str) -> typer.Exit:
+        err.print(f"[bold red]error:[/] {message}")
+        return typer.Exit(2)
+
+    if not candidate.is_file():
+        raise bad(f"candidate file {str(candidate)!r} does not exist")
+    try:
+        source = check_candidate_text(candidate.read_bytes())
+        shape_list = json.loads(shapes) if shapes else None
+    except ValidationRequestError as exc:
+        raise bad(str(exc)) from exc
+    except json.JSONDecodeError as exc:
+        raise bad(f"--shapes is not JSON: {exc.msg}") from exc
+    cached = False
+    try:
+        if server:
+            result = HttpValidator(server).validate(source, workload, gates, shape_list)
+        else:
+            local = LocalValidator(cache=None if no_cache else _default_cache(), timeout_s=timeout,
+                                   device="cpu" if cpu else "auto")
+            result = local.validate(source, Path(workload), gates, shape_list)
+            cached = local.last_cached
+    except ValidationRequestError as exc:
+        raise bad(str(exc)) from exc
+    except ValidatorUnavailable as exc:
+        raise bad(str(exc)) from exc
+    doc = result.to_dict()
+    if json_out:
+        print(json.dumps(doc, indent=2, sort_keys=False, default=str))
+    else:
+        _print_table(doc, cached)
+    raise typer.Exit(0 if result.verdict == "pass" else 1)
+
+
+@validator_app.command("serve")
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port.")] = 8100,
+    workloads: Annotated[str | None, typer.Option(
+        help="Workload roots, os.pathsep-separated (default: $KLINEAGE_WORKLOADS or ./workloads:./heldout).")] = None,
+    workers: Annotated[int | None, typer.Option(help="Worker threads (default: one per GPU, one on CPU).")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Wall-clock limit per job, seconds.")] = None,
+    cpu: Annotated[bool, typer.Option("--cpu", help="Interpreter mode even when a GPU is present.")] = False,
+) -> None:
+    """Serve the validator over HTTP (POST /v1/jobs, GET /v1/jobs/{id}, POST /v1/validate, GET /v1/info)."""
+    from klineage.validator.service import ServiceConfig, default_workload_roots
+    from klineage.validator.service import serve as run_service
+
+    roots = [Path(p) for p in workloads.split(os.pathsep) if p] if workloads else default_workload_roots()
+    config = ServiceConfig(workload_roots=roots, workers=workers, job_timeout_s=timeout,
+                           device="cpu" if cpu else "auto")
+    run_service(host=host, port=port, config=config)
+
+
+@validator_app.command("info")
+def info(cpu: Annotated[bool, typer.Option("--cpu", help="Probe interpreter mode.")] = False) -> None:
+    """Print what the validator's workers run on (GPU, versions) as JSON."""
+    from klineage.validator import LocalValidator
+
+    device = LocalValidator(device="cpu" if cpu else "auto").device_info()
+    print(json.dumps({"gpu": device.gpu, "versions": device.versions, "cuda": device.cuda}, indent=2))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``validate`` and the ``validator`` group to the ``klineage`` app."""
+    app.command("validate")(validate)
+    app.add_typer(validator_app, name="validator")

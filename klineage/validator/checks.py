@@ -1,0 +1,301 @@
+"""The correctness and integrity gates (worker side).
+
+Correctness, for every (shape, dtype) of the grid and ``seeds`` seeds (default 5):
+
+* inputs come from the workload's ``make_inputs(shape, dtype, seed, device)`` and are then put through
+  one of three documented distributions, cycling with the seed index (``DISTRIBUTIONS``):
+  ``base`` (as made), ``scaled`` (every floating input × 10: magnitude bugs such as a missing
+  max-subtraction overflow), ``outliers`` (0.5 % of the elements of every floating input, at least one,
+  set to ±8 × the tensor's largest magnitude). Integer inputs (indices, targets) are never changed.
+* the reference runs first, on its own copy of the inputs, and its output stays alive until the
+  candidate has run (so the candidate cannot be handed the reference's freed buffer);
+* the candidate runs on another copy under ``CandidateAudit`` (fresh ``empty*`` memory is NaN);
+* structure, shape, dtype and device must match; where the reference is not finite the candidate
+  must equal it; elsewhere the candidate must be finite and ‖out − ref‖/‖ref‖ ≤ the manifest tolerance
+  (integer and boolean outputs must be equal).
+
+A case the interpreter cannot judge (bf16 with ``tl.dot``: DESIGN.md, "Versions and facts") is
+skipped and counted, never passed or failed. When every case is skipped the gate is ``skipped``.
+
+Integrity, per (shape, dtype): inputs bitwise unchanged after ``run``; two runs on the same inputs
+bitwise identical; at least one Triton kernel launched by each call; and no ATen compute op run by the
+host code in any call so far (the audit, see ``harness.CandidateAudit``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from klineage.validator.harness import CandidateAudit, LaunchWatch, one_line
+
+DISTRIBUTIONS: tuple[str, ...] = ("base", "scaled", "outliers")
+SCALE = 10.0
+OUTLIER_FRACTION = 0.005
+OUTLIER_FACTOR = 8.0
+
+
+class CaseFailure(Exception):
+    """A correctness or integrity failure: the message is the gate's reason."""
+
+
+def case_label(shape: dict, dtype: str, seed: int | None = None, dist: str | None = None) -> str:
+    """``fp16 {'rows': 4, 'cols': 33} seed 2 (scaled)``: how a reason names a case."""
+    text = f"{dtype} {dict(shape)}"
+    if seed is not None:
+        text += f" seed {seed}"
+    if dist is not None:
+        text += f" ({dist})"
+    return text
+
+
+def _map_tensors(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, tuple | list):
+        return type(value)(_map_tensors(v, fn) for v in value)
+    return value
+
+
+def clone_inputs(inputs: Sequence[Any]) -> tuple:
+    """Deep copy of the input tuple (tensors cloned, other values as they are)."""
+    return tuple(_map_tensors(v, lambda t: t.detach().clone()) for v in inputs)
+
+
+def transform_inputs(inputs: Sequence[Any], dist: str, seed: int) -> tuple:
+    """Apply distribution ``dist`` (see the module docstring) to the floating tensors of ``inputs``."""
+    if dist == "base":
+        return tuple(inputs)
+    g = torch.Generator(device="cpu").manual_seed(10_007 * seed + 17)
+
+    def change(t: torch.Tensor) -> torch.Tensor:
+        if not t.dtype.is_floating_point or t.numel() == 0:
+            return t
+        if dist == "scaled":
+            return (t.to(torch.float32) * SCALE).to(t.dtype)
+        if dist == "outliers":
+            flat = t.detach().clone().reshape(-1)
+            count = max(1, int(flat.numel() * OUTLIER_FRACTION))
+            idx = torch.randperm(flat.numel(), generator=g)[:count].to(flat.device)
+            sign = (torch.randint(0, 2, (count,), generator=g) * 2 - 1).to(flat.device, torch.float32)
+            peak = float(flat.float().abs().max())
+            flat[idx] = (sign * OUTLIER_FACTOR * max(peak, 1.0)).to(flat.dtype)
+            return flat.reshape(t.shape)
+        raise ValueError(f"unknown distribution {dist!r}")
+
+    return tuple(_map_tensors(v, change) for v in inputs)
+
+
+def _flatten(value: Any) -> list[Any]:
+    if isinstance(value, tuple | list):
+        out: list[Any] = []
+        for v in value:
+            out.extend(_flatten(v))
+        return out
+    return [value]
+
+
+def compare(out: Any, ref: Any, tolerance: float) -> float:
+    """Check ``out`` against ``ref``; return the worst relative error; raise CaseFailure when wrong."""
+    outs, refs = _flatten(out), _flatten(ref)
+    if len(outs) != len(refs) or (isinstance(ref, tuple | list) != isinstance(out, tuple | list)):
+        raise CaseFailure(f"output structure differs: got {type(out).__name__} of {len(outs)}, expected "
+                          f"{type(ref).__name__} of {len(refs)}")
+    worst = 0.0
+    for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
+        which = f"output {i}: " if len(refs) > 1 else ""
+        if not isinstance(r, torch.Tensor):
+            if o != r:
+                raise CaseFailure(f"{which}got {o!r}, expected {r!r}")
+            continue
+        if not isinstance(o, torch.Tensor):
+            raise CaseFailure(f"{which}got {type(o).__name__}, expected a tensor")
+        if tuple(o.shape) != tuple(r.shape):
+            raise CaseFailure(f"{which}shape {tuple(o.shape)} != expected {tuple(r.shape)}")
+        if o.dtype != r.dtype:
+            raise CaseFailure(f"{which}dtype {o.dtype} != expected {r.dtype}")
+        if o.device.type != r.device.type:
+            raise CaseFailure(f"{which}device {o.device} != expected {r.device}")
+        if not (r.dtype.is_floating_point or r.dtype.is_complex):
+            bad = int((o != r).sum())
+            if bad:
+                raise CaseFailure(f"{which}{bad} of {r.numel()} elements differ (exact match required)")
+            continue
+        o64, r64 = o.detach().to(torch.float64), r.detach().to(torch.float64)
+        finite = torch.isfinite(r64)
+        if not bool(finite.all()):
+            same = (o64[~finite] == r64[~finite]) | (torch.isnan(o64[~finite]) & torch.isnan(r64[~finite]))
+            if not bool(same.all()):
+                raise CaseFailure(f"{which}{int((~same).sum())} elements differ where the reference is "
+                                  "not finite")
+        of, rf = o64[finite], r64[finite]
+        bad = ~torch.isfinite(of)
+        if bool(bad.any()):
+            first = int(torch.nonzero(~torch.isfinite(o64) & finite.reshape(o64.shape))[0].tolist()[0]) \
+                if o64.dim() == 1 else torch.nonzero(~torch.isfinite(o64) & finite)[0].tolist()
+            raise CaseFailure(f"{which}{int(bad.sum())} of {r.numel()} elements are NaN/Inf where the reference "
+                              f"is finite (never-written output reads as NaN here), first at index {first}")
+        denom = float(torch.linalg.vector_norm(rf)) if rf.numel() else 0.0
+        diff = float(torch.linalg.vector_norm(of - rf)) if rf.numel() else 0.0
+        rel = diff / denom if denom > 0 else diff
+        if not rel <= tolerance:
+            raise CaseFailure(f"{which}relative error {rel:.3g} > tolerance {tolerance:g}")
+        worst = max(worst, rel)
+    return worst
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_correctness(candidate: Any, reference: Any, manifest: Any, shapes: Sequence[dict], device: str,
+                    interpret: bool, uses_dot: bool, watch: LaunchWatch, audits: list[CandidateAudit],
+                    seeds: int = 5) -> dict[str, Any]:
+    """The correctness gate over ``shapes`` × the manifest's dtypes; returns an outcome dict."""
+    worst: dict[str, float] = {}
+    judged = 0
+    skipped: list[str] = []
+    alive: list[Any] = []
+    for shape in shapes:
+        for dtype in manifest.dtypes:
+            if interpret and dtype == "bf16" and uses_dot:
+                skipped.append(case_label(shape, dtype))
+                continue
+            tol = float(manifest.tolerance[dtype])
+            for i in range(seeds):
+                seed = 1 + i
+                dist = DISTRIBUTIONS[i % len(DISTRIBUTIONS)]
+                label = case_label(shape, dtype, seed, dist)
+                try:
+                    made = reference.make_inputs(dict(shape), dtype, seed, device=device)
+                    inputs = transform_inputs(made, dist, seed)
+                    ref_out = reference.reference(*clone_inputs(inputs))
+                    _sync(device)
+                except Exception as exc:
+                    return {"status": "fail", "reason": f"the workload's reference failed on {label}: "
+                            f"{one_line(exc)}", "metrics": {}}
+                alive.append(ref_out)  # kept alive: its memory cannot be handed to the candidate
+                audit = CandidateAudit(watch)
+                audits.append(audit)
+                try:
+                    with audit:
+                        out = candidate.run(*clone_inputs(inputs))
+                    _sync(device)
+                except Exception as exc:
+                    return {"status": "fail", "reason": f"run raised on {label}: {one_line(exc)}",
+                            "metrics": {"case": label}}
+                try:
+                    rel = compare(out, ref_out, tol)
+                except CaseFailure as exc:
+                    return {"status": "fail", "reason": f"{label}: {exc}", "metrics": {"case": label}}
+                worst[dtype] = max(worst.get(dtype, 0.0), rel)
+                judged += 1
+                alive.clear()
+    metrics: dict[str, Any] = {
+        "cases": judged, "skipped_cases": skipped, "seeds_per_case": seeds,
+        "distributions": list(DISTRIBUTIONS), "max_rel_err": worst,
+        "tolerance": {d: manifest.tolerance[d] for d in manifest.dtypes},
+        "shapes": [dict(s) for s in shapes], "mode": "interpreter (TRITON_INTERPRET=1)" if interpret else device,
+    }
+    skip_note = (f"; not judged: {', '.join(skipped)} (bf16 tl.dot is wrong under the Triton interpreter, "
+                 "DESIGN.md)") if skipped else ""
+    if judged == 0:
+        return {"status": "skipped", "metrics": metrics,
+                "reason": "interpreter cannot judge any case: bf16 tl.dot is wrong under TRITON_INTERPRET "
+                          f"(DESIGN.md); not judged: {', '.join(skipped)}"}
+    errs = ", ".join(f"{d} {worst[d]:.2g} <= {manifest.tolerance[d]:g}" for d in worst)
+    return {"status": "pass", "metrics": metrics,
+            "reason": f"{judged} cases within tolerance ({len(shapes)} shapes, {seeds} seeds each, "
+                      f"{'/'.join(DISTRIBUTIONS)}); max rel err {errs}{skip_note}"}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def _same_bits(a: Any, b: Any) -> bool:
+    fa, fb = _flatten(a), _flatten(b)
+    if len(fa) != len(fb):
+        return False
+    for x, y in zip(fa, fb, strict=True):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.shape != y.shape or x.dtype != y.dtype or not torch.equal(_bits(x), _bits(y)):
+                return False
+        elif isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor) or x != y:
+            return False
+    return True
+
+
+def _snapshot(value: Any) -> Any:
+    return _map_tensors(value, lambda t: t.detach().clone())
+
+
+def run_integrity(candidate: Any, reference: Any, manifest: Any, shapes: Sequence[dict], device: str,
+                  watch: LaunchWatch, audits: list[CandidateAudit]) -> dict[str, Any]:
+    """The integrity gate over ``shapes`` × dtypes; returns an outcome dict."""
+    cases = 0
+    launches: Counter[str] = Counter()
+    earlier = _violations(audits)
+    if earlier:
+        return _violation_outcome(earlier, {"host_op_violations": dict(earlier)})
+    for shape in shapes:
+        for dtype in manifest.dtypes:
+            label = case_label(shape, dtype, 4242)
+            inputs = reference.make_inputs(dict(shape), dtype, 4242, device=device)
+            saved = _snapshot(inputs)
+            audit = CandidateAudit(watch)
+            audits.append(audit)
+            try:
+                before = watch.launches
+                with audit:
+                    first = candidate.run(*inputs)
+                _sync(device)
+                first = _snapshot(first)
+                launched = watch.launches - before
+                for i, (now, then) in enumerate(zip(inputs, saved, strict=True)):
+                    if not _same_bits(now, then):
+                        return {"status": "fail", "metrics": {"case": label},
+                                "reason": f"run modified its input {i} on {label}"}
+                if launched == 0:
+                    return {"status": "fail", "metrics": {"case": label},
+                            "reason": f"run returned without launching a Triton kernel on {label}"}
+                before = watch.launches
+                with audit:
+                    second = candidate.run(*inputs)
+                _sync(device)
+                if watch.launches == before:
+                    return {"status": "fail", "metrics": {"case": label},
+                            "reason": f"the second call launched no Triton kernel on {label} (memoized output)"}
+            except Exception as exc:
+                return {"status": "fail", "reason": f"run raised on {label}: {one_line(exc)}",
+                        "metrics": {"case": label}}
+            if not _same_bits(first, second):
+                return {"status": "fail", "metrics": {"case": label},
+                        "reason": f"two runs on the same inputs differ on {label} (non-deterministic output)"}
+            cases += 1
+    violations = _violations(audits)
+    launches.update(watch.kernels)
+    metrics = {"cases": cases, "launches": dict(launches), "host_op_violations": dict(violations),
+               "poisoned_allocations": sum(a.poisoned for a in audits)}
+    if violations:
+        return _violation_outcome(violations, metrics)
+    return {"status": "pass", "metrics": metrics,
+            "reason": f"{cases} cases: inputs unchanged, two runs bitwise identical, "
+                      f"{sum(launches.values())} Triton launches, no torch compute in host code"}
+
+
+def _violations(audits: Sequence[CandidateAudit]) -> Counter[str]:
+    total: Counter[str] = Counter()
+    for audit in audits:
+        total.update(audit.violations)
+    return total
+
+
+def _violation_outcome(violations: Counter[str], metrics: dict[str, Any]) -> dict[str, Any]:
+    ops = ", ".join(f"{op} x{n}" for op, n in violations.most_common(5))
+    return {"status": "fail", "metrics": metrics,
+            "reason": f"torch compute ops ran in host code outside any Triton kernel: {ops}"}

@@ -1,0 +1,302 @@
+"""The compile gate (worker side): compile every kernel the candidate launches, read its resources.
+
+How the kernels and their signatures are found: the candidate is loaded a second time as plain
+(non-interpreted) Triton, its launch entry points are replaced by *compile-only* stand-ins, and its
+``run`` is called on the workload's inputs. Each ``kernel[grid](...)`` then yields the real argument
+types and constexprs; an autotuned kernel yields one variant per ``triton.Config``.
+
+* With a GPU: every variant is compiled for the device (``JITFunction.run(..., warmup=True)``) and
+  loaded, so registers and spills come from the driver (``CompiledKernel.n_regs``/``n_spills``) and a
+  variant that does not fit raises ``OutOfResources`` exactly as it would at launch.
+* Without a GPU: every variant is cross-compiled with ``triton.compile(ASTSource(...),
+  target=GPUTarget("cuda", 90, 32))`` for the H200 target (compile-only), registers and spills read
+  from the ptxas log, shared memory from the kernel metadata, checked against the H200's 232448 B.
+* Always: the same variants cross-compiled for sm_80 and checked against the A100's 166912 B —
+  reported, never failing the gate (A100 is our second architecture, compile-only).
+
+A pinned launch that does not compile or fit fails the gate; an autotuned launch fails only when *no*
+config fits (Triton prunes configs that run out of resources silently at run time), and the pruned
+ones are listed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+import triton
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource, make_backend
+from triton.runtime.autotuner import Autotuner
+from triton.runtime.errors import OutOfResources
+from triton.runtime.jit import JITFunction, create_function_from_signature
+
+from klineage.validator.harness import jit_functions_of, load_candidate, one_line
+
+SHARED_LIMITS: dict[int, tuple[str, int]] = {80: ("A100", 166912), 90: ("H200", 232448)}
+"""Opt-in shared memory per block (bytes) by compute capability, with the GPU we mean by it."""
+_OPTION_KEYS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+_REGS = re.compile(r"Used (\d+) registers")
+_SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+class _Variant:
+    """One compiled (kernel, arch, specialization) and what it costs."""
+
+    def __init__(self, kernel: str, arch: int, group: int, autotuned: bool, config: dict[str, Any],
+                 mode: str) -> None:
+        self.kernel = kernel
+        self.arch = arch
+        self.group = group
+        self.autotuned = autotuned
+        self.config = config
+        self.mode = mode
+        self.n_regs: int | None = None
+        self.n_spills: int | None = None
+        self.shared: int | None = None
+        self.error: str | None = None
+
+    @property
+    def fits(self) -> bool:
+        limit = SHARED_LIMITS.get(self.arch, ("", 1 << 62))[1]
+        return self.error is None and self.shared is not None and self.shared <= limit
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kernel": self.kernel, "arch": f"sm_{self.arch}", "gpu": SHARED_LIMITS.get(self.arch, ("?",))[0],
+                "mode": self.mode, "autotuned": self.autotuned, "config": self.config, "n_regs": self.n_regs,
+                "n_spills": self.n_spills, "shared": self.shared, "fits": self.fits, "error": self.error}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    return repr(value)
+
+
+def cross_compile(jf: JITFunction, args: tuple, kwargs: dict[str, Any], arch: int,
+                  memo: dict[Any, dict[str, Any]]) -> dict[str, Any]:
+    """Compile ``jf`` for ``sm_<arch>`` without a GPU; return shared bytes, registers and spills."""
+    target = GPUTarget("cuda", arch, 32)
+    backend = make_backend(target)
+    binder = create_function_from_signature(jf.signature, jf.params, backend)
+    kwargs = dict(kwargs)
+    kwargs["debug"] = False
+    kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+    bound_args, specialization, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = jf._pack_args(backend, kwargs, bound_args, specialization, options)
+    key = (id(jf), arch, repr(signature), repr(constexprs), repr(attrs), repr(sorted(options.__dict__.items())))
+    if key in memo:
+        return memo[key]
+    log = io.StringIO()
+    previous = knobs.nvidia.dump_ptxas_log
+    knobs.nvidia.dump_ptxas_log = True
+    try:
+        with contextlib.redirect_stdout(log):
+            compiled = triton.compile(ASTSource(jf, signature, constexprs, attrs), target=target,
+                                      options=options.__dict__)
+    finally:
+        knobs.nvidia.dump_ptxas_log = previous
+    text = log.getvalue()
+    regs = _REGS.findall(text)
+    spills = _SPILLS.findall(text)
+    result = {"shared": int(compiled.metadata.shared),
+              "n_regs": int(regs[-1]) if regs else None,
+              "n_spills": int(spills[-1][0]) + int(spills[-1][1]) if spills else None}
+    memo[key] = result
+    return result
+
+
+class CompileProbe:
+    """Replaces Triton's launch paths by compile-only stand-ins while the candidate's ``run`` executes."""
+
+    def __init__(self, module: Any, on_gpu: bool) -> None:
+        self.module = module
+        self.on_gpu = on_gpu
+        self.autotuned = jit_functions_of(module)
+        self.variants: dict[Any, _Variant] = {}
+        self.memo: dict[Any, dict[str, Any]] = {}
+        self.group = 0
+        self._in_group: int | None = None
+        self._saved: list[tuple[type, str, Any]] = []
+        self.target_arch = torch.cuda.get_device_capability()[0] * 10 + torch.cuda.get_device_capability()[1] \
+            if on_gpu else 90
+
+    def _config_dict(self, jf: JITFunction, kwargs: dict[str, Any]) -> dict[str, Any]:
+        constexpr_names = {p.name for p in jf.params if p.is_constexpr}
+        out = {k: _jsonable(v) for k, v in kwargs.items() if k in constexpr_names or k in _OPTION_KEYS}
+        return dict(sorted(out.items()))
+
+    def _compile_variant(self, jf: JITFunction, args: tuple, kwargs: dict[str, Any], group: int,
+                         autotuned: bool, original_run: Callable[..., Any]) -> None:
+        name = getattr(jf, "__name__", "?")
+        config = self._config_dict(jf, kwargs)
+        archs = [self.target_arch] + ([80] if self.target_arch != 80 else [])
+        for arch in archs:
+            key = (name, arch, repr(config), tuple(type(a).__name__ if not isinstance(a, torch.Tensor)
+                                                  else str(a.dtype) for a in args))
+            if key in self.variants:
+                continue
+            on_device = self.on_gpu and arch == self.target_arch
+            variant = _Variant(name, arch, group, autotuned, config,
+                               "jit on device" if on_device else "cross-compile, compile-only")
+            self.variants[key] = variant
+            try:
+                if on_device:
+                    kernel = original_run(jf, *args, grid=(1,), warmup=True, **kwargs)
+                    if hasattr(kernel, "result"):
+                        kernel = kernel.result()
+                    variant.shared = int(kernel.metadata.shared)
+                    kernel._init_handles()
+                    variant.n_regs = int(kernel.n_regs)
+                    variant.n_spills = int(kernel.n_spills)
+                else:
+                    info = cross_compile(jf, args, kwargs, arch, self.memo)
+                    variant.shared = info["shared"]
+                    variant.n_regs = info["n_regs"]
+                    variant.n_spills = info["n_spills"]
+            except OutOfResources as exc:
+                variant.error = one_line(exc)
+            except Exception as exc:
+                variant.error = one_line(exc)
+
+    def install(self) -> None:
+        probe = self
+        original_jit_run = JITFunction.run
+        original_autotune_run = Autotuner.run
+
+        def jit_run(self: JITFunction, *args: Any, grid: Any = None, warmup: bool = False, **kwargs: Any) -> None:
+            if probe._in_group is not None:
+                probe._compile_variant(self, args, kwargs, probe._in_group, True, original_jit_run)
+                return None
+            probe.group += 1
+            tuner = probe.autotuned.get(id(self))
+            if tuner is None:
+                probe._compile_variant(self, args, kwargs, probe.group, False, original_jit_run)
+                return None
+            # An autotuned kernel launched through its .fn with one config: compile every config.
+            base = {k: v for k, v in kwargs.items() if k not in _tuned_keys(tuner)}
+            probe._in_group = probe.group
+            try:
+                for config in tuner.configs:
+                    probe._compile_variant(self, args, {**base, **config.all_kwargs()}, probe.group, True,
+                                           original_jit_run)
+            finally:
+                probe._in_group = None
+            return None
+
+        def autotune_run(self: Autotuner, *args: Any, **kwargs: Any) -> None:
+            kwargs.pop("grid", None)
+            kwargs.pop("warmup", None)
+            probe.group += 1
+            probe._in_group = probe.group
+            try:
+                for config in self.configs:
+                    self.fn.run(*args, grid=None, warmup=True, **kwargs, **config.all_kwargs())
+            finally:
+                probe._in_group = None
+
+        self._saved = [(JITFunction, "run", original_jit_run), (Autotuner, "run", original_autotune_run)]
+        JITFunction.run = jit_run  # type: ignore[method-assign]
+        Autotuner.run = autotune_run  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        for cls, name, original in self._saved:
+            setattr(cls, name, original)
+        self._saved = []
+
+
+def _tuned_keys(tuner: Autotuner) -> set[str]:
+    keys = set(_OPTION_KEYS)
+    for config in tuner.configs:
+        keys.update(config.kwargs)
+    return keys
+
+
+def run_compile_gate(candidate_path: Path, reference: Any, cases: Iterable[tuple[dict, str]], device: str,
+                     on_gpu: bool) -> dict[str, Any]:
+    """Run the compile gate; return an outcome dict ``{"status", "reason", "metrics"}``.
+
+    ``cases`` are the (shape, dtype) pairs whose launches define the signatures to compile.
+    """
+    previous_interpret = knobs.runtime.interpret
+    knobs.runtime.interpret = False
+    probe: CompileProbe | None = None
+    run_errors: list[str] = []
+    try:
+        module = load_candidate(candidate_path, "klineage_candidate_compile")
+        probe = CompileProbe(module, on_gpu)
+        probe.install()
+        for shape, dtype in cases:
+            inputs = reference.make_inputs(dict(shape), dtype, 0, device=device)
+            before = len(probe.variants)
+            try:
+                module.run(*inputs)
+            except Exception as exc:
+                if len(probe.variants) == before:
+                    run_errors.append(f"{dtype} {dict(shape)}: {one_line(exc)}")
+    except Exception as exc:
+        return {"status": "fail", "reason": f"candidate could not be loaded for compilation: {one_line(exc)}",
+                "metrics": {}}
+    finally:
+        if probe is not None:
+            probe.uninstall()
+        knobs.runtime.interpret = previous_interpret
+    variants = list(probe.variants.values())
+    if run_errors and not variants:
+        return {"status": "fail", "reason": f"run raised before launching any kernel: {run_errors[0]}",
+                "metrics": {"errors": run_errors[:5]}}
+    if not variants:
+        return {"status": "fail", "reason": "run launched no Triton kernel, nothing to compile", "metrics": {}}
+    target = probe.target_arch
+    target_name = SHARED_LIMITS.get(target, (f"sm_{target}",))[0]
+    mode = "on device" if on_gpu else "cross-compiled on CPU, compile-only"
+    on_target = [v for v in variants if v.arch == target]
+    groups: dict[int, list[_Variant]] = {}
+    for v in on_target:
+        groups.setdefault(v.group, []).append(v)
+    failures = []
+    pruned = []
+    for members in groups.values():
+        ok = [v for v in members if v.fits]
+        bad = [v for v in members if not v.fits]
+        if not ok:
+            failures.extend(bad)
+        elif bad:
+            pruned.extend(bad)
+    a100 = [v for v in variants if v.arch == 80]
+    a100_unfit = [v for v in a100 if not v.fits]
+    fitted = [v for v in on_target if v.fits]
+    metrics: dict[str, Any] = {
+        "target": f"sm_{target} ({target_name}, {mode})",
+        "variants": [v.to_dict() for v in variants][:64],
+        "kernels": sorted({v.kernel for v in variants}),
+        "max_regs": max((v.n_regs or 0 for v in fitted), default=None),
+        "max_spills": max((v.n_spills or 0 for v in fitted), default=None),
+        "max_shared": max((v.shared or 0 for v in fitted), default=None),
+        "sm_80": {"mode": "cross-compile, compile-only (A100)", "variants": len(a100),
+                  "unfit": [{"kernel": v.kernel, "config": v.config, "shared": v.shared, "error": v.error}
+                            for v in a100_unfit][:16]},
+        "pruned_autotune_configs": [{"kernel": v.kernel, "config": v.config, "shared": v.shared,
+                                     "error": v.error} for v in pruned][:16],
+    }
+    if run_errors:
+        metrics["run_errors"] = run_errors[:5]
+    limit = SHARED_LIMITS.get(target, ("", 0))[1]
+    if failures:
+        v = failures[0]
+        why = v.error or f"shared memory {v.shared} B exceeds the {target_name} limit of {limit} B"
+        return {"status": "fail", "metrics": metrics,
+                "reason": f"{v.kernel} {v.config} does not fit sm_{target} ({target_name}, {mode}): {why}"}
+    a100_note = (f"sm_80 (A100, compile-only): {len(a100_unfit)} of {len(a100)} variants would not fit"
+                 if a100_unfit else f"sm_80 (A100, compile-only): all {len(a100)} variants fit")
+    prune_note = f"; {len(pruned)} autotune configs pruned (out of resources)" if pruned else ""
+    reason = (f"{len(on_target)} variants of {len(metrics['kernels'])} kernels compiled for sm_{target} "
+              f"({target_name}, {mode}): max {metrics['max_regs']} regs, {metrics['max_spills']} B spilled, "
+              f"max shared {metrics['max_shared']} B{prune_note}; {a100_note}")
+    return {"status": "pass", "reason": reason, "metrics": metrics}

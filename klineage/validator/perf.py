@@ -1,0 +1,154 @@
+"""The performance gate and the device ceilings (worker side, GPU only).
+
+Timing (``time_cuda``) follows ``triton.testing.do_bench`` step for step, with a floor of 20 runs:
+one call to warm up (compilation, autotuning, handles), five flushed calls to estimate the time, warm-up
+calls for ~25 ms, then ``n`` runs (100 ms worth, at least 20, at most 1000), each preceded by a write of
+a 256 MB buffer that flushes the L2, each bracketed by CUDA events; the device is synchronized once
+after the last end event before any elapsed time is read. Median, p10, p90, min, mean and ``n`` are
+reported in milliseconds.
+
+The gate times the candidate and the workload's ``vendor`` (or ``reference`` when the workload has no
+``vendor``) in the same process on each shape × dtype of the GPU grid; speedup = vendor median /
+candidate median. With ``flops``/``bytes_moved`` and the ceilings measured on this device
+(``measure_ceilings``: device-to-device copy bandwidth, counting bytes read + written, and the bf16
+``torch.matmul`` rate at 4096³ and 8192³, best of the two), the roofline floor is
+max(flops / gemm rate, bytes / copy bandwidth) and % of roofline = floor / median. A speedup above 10×
+or a time under the roofline floor is flagged (reported in the reason and ``metrics.flags``). The output
+of the last timed call is compared with the reference, so a kernel that behaves differently while being
+timed fails here.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from klineage.validator.checks import CaseFailure, case_label, clone_inputs, compare
+from klineage.validator.harness import one_line
+
+FLUSH_BYTES = 256 * 1024 * 1024
+MIN_RUNS = 20
+SPEEDUP_FLAG = 10.0
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo, hi = int(pos), min(int(pos) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 100.0,
+              min_runs: int = MIN_RUNS, max_runs: int = 1000) -> tuple[dict[str, float], Any]:
+    """Time ``fn`` on the current CUDA device; return (stats in ms, the last call's return value)."""
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    out = fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        flush.zero_()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    estimate = max(start.elapsed_time(end) / 5, 1e-4)
+    n_warmup = max(1, int(warmup_ms / estimate))
+    n_runs = min(max_runs, max(min_runs, int(rep_ms / estimate)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_runs)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_runs)]
+    for _ in range(n_warmup):
+        fn()
+    for i in range(n_runs):
+        flush.zero_()
+        starts[i].record()
+        out = fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+    stats = {"median_ms": statistics.median(times), "p10_ms": _percentile(times, 0.1),
+             "p90_ms": _percentile(times, 0.9), "min_ms": min(times), "mean_ms": statistics.fmean(times),
+             "runs": n_runs}
+    del flush
+    return stats, out
+
+
+def measure_ceilings() -> dict[str, Any]:
+    """Measure the device's copy bandwidth (bytes/s) and bf16 GEMM rate (FLOP/s) on random data."""
+    n = 1 << 30  # 1 GiB each way: far beyond L2
+    src = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    copy, _ = time_cuda(lambda dst=dst, src=src: dst.copy_(src), rep_ms=200)
+    copy_bw = 2 * n / (copy["median_ms"] * 1e-3)
+    del src, dst
+    gemm: dict[str, float] = {}
+    for size in (4096, 8192):
+        a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+        stats, _ = time_cuda(lambda a=a, b=b: torch.matmul(a, b), rep_ms=200)
+        gemm[str(size)] = 2.0 * size**3 / (stats["median_ms"] * 1e-3)
+        del a, b
+    torch.cuda.empty_cache()
+    return {"copy_bytes_per_s": copy_bw, "copy_median_ms": copy["median_ms"],
+            "bf16_gemm_flops_per_s": max(gemm.values()), "bf16_gemm_by_size": gemm,
+            "method": "median of >=20 CUDA-event-timed runs after warm-up; copy counts bytes read + written "
+                      "(1 GiB uint8 device-to-device); GEMM torch.matmul bf16 random N(0,1), best of 4096^3 and "
+                      "8192^3"}
+
+
+def run_performance(candidate: Any, reference: Any, manifest: Any, shapes: Sequence[dict],
+                    ceilings: dict[str, Any] | None) -> dict[str, Any]:
+    """The performance gate over ``shapes`` × dtypes on the GPU; returns an outcome dict."""
+    vendor = getattr(reference, "vendor", None)
+    baseline_name = "vendor" if callable(vendor) else "reference"
+    baseline = vendor if callable(vendor) else reference.reference
+    flops_fn = getattr(reference, "flops", None)
+    bytes_fn = getattr(reference, "bytes_moved", None)
+    rows: list[dict[str, Any]] = []
+    flags: list[str] = []
+    for shape in shapes:
+        for dtype in manifest.dtypes:
+            label = case_label(shape, dtype)
+            try:
+                inputs = reference.make_inputs(dict(shape), dtype, 0, device="cuda")
+                ref_out = reference.reference(*clone_inputs(inputs))
+                torch.cuda.synchronize()
+                cand, last = time_cuda(lambda inputs=inputs: candidate.run(*inputs))
+                base, _ = time_cuda(lambda inputs=inputs: baseline(*inputs))
+            except Exception as exc:
+                return {"status": "fail", "reason": f"timing failed on {label}: {one_line(exc)}",
+                        "metrics": {"rows": rows}}
+            try:
+                compare(last, ref_out, float(manifest.tolerance[dtype]))
+            except CaseFailure as exc:
+                return {"status": "fail", "metrics": {"rows": rows},
+                        "reason": f"output of the last timed run is wrong on {label}: {exc}"}
+            row: dict[str, Any] = {"shape": dict(shape), "dtype": dtype, "candidate": cand,
+                                   baseline_name: base, "speedup": base["median_ms"] / cand["median_ms"]}
+            if ceilings and (flops_fn or bytes_fn):
+                flops = float(flops_fn(dict(shape))) if callable(flops_fn) else 0.0
+                moved = float(bytes_fn(dict(shape), dtype)) if callable(bytes_fn) else 0.0
+                floor_s = max(flops / ceilings["bf16_gemm_flops_per_s"], moved / ceilings["copy_bytes_per_s"])
+                row["roofline_floor_ms"] = floor_s * 1e3
+                row["pct_roofline"] = 100.0 * floor_s * 1e3 / cand["median_ms"]
+                row["achieved_bytes_per_s"] = moved / (cand["median_ms"] * 1e-3) if moved else None
+                row["achieved_flops_per_s"] = flops / (cand["median_ms"] * 1e-3) if flops else None
+                if row["pct_roofline"] > 100.0:
+                    flags.append(f"{label}: {row['pct_roofline']:.0f}% of roofline (faster than the device "
+                                 "ceilings allow)")
+            if row["speedup"] > SPEEDUP_FLAG:
+                flags.append(f"{label}: speedup {row['speedup']:.1f}x over {baseline_name} (> {SPEEDUP_FLAG:g}x)")
+            rows.append(row)
+    speedups = [r["speedup"] for r in rows]
+    gm = statistics.geometric_mean(speedups) if speedups else None
+    metrics = {"rows": rows, "baseline": baseline_name, "geomean_speedup": gm, "flags": flags,
+               "ceilings": ceilings, "timing": "CUDA events, L2 flushed (256 MB) before every run, "
+                                               "median of >=20 runs after warm-up"}
+    pct = [r["pct_roofline"] for r in rows if "pct_roofline" in r]
+    pct_note = f", {min(pct):.0f}-{max(pct):.0f}% of roofline" if pct else ", roofline: no flops/bytes_moved"
+    flag_note = f"; FLAGGED: {flags[0]}" + (f" (+{len(flags) - 1} more)" if len(flags) > 1 else "") if flags else ""
+    return {"status": "pass", "metrics": metrics,
+            "reason": f"{len(rows)} cases timed; speedup over {baseline_name} geomean {gm:.2f}x "
+                      f"(min {min(speedups):.2f}x, max {max(speedups):.2f}x){pct_note}{flag_note}"}

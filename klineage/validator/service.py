@@ -1,0 +1,348 @@
+"""The validator service: FastAPI over a job queue with one worker thread per GPU (one on CPU).
+
+Endpoints
+
+* ``POST /v1/jobs`` — body ``{"candidate": str, "workload": name, "gates": [..]?, "shapes": [..]?,
+  "manifest_sha": str?}`` → 202 ``{"id", "status", "cached"}``. A cached result gives a job that is
+  already ``done``; an identical job still queued or running is returned instead of a new one.
+* ``GET /v1/jobs/{id}`` → ``{"id", "status": queued|running|done|error, "cached", "result"?, ...}``.
+* ``POST /v1/validate`` — the same body plus ``"wait_s"`` → 200 with the gate result document, or 202
+  ``{"id", "status"}`` when the job has not finished within ``min(wait_s, max_sync_wait_s)``.
+* ``GET /v1/info`` — GPU, versions, device ceilings, workloads, limits. ``GET /healthz``.
+
+Workloads are named, never sent: ``workload`` is a folder name under one of the roots in
+``KLINEAGE_WORKLOADS`` (``os.pathsep``-separated; default ``./workloads`` and ``./heldout``), because
+workload code (``reference.py``) runs in the workers. A request that is refused — body over the size
+limit (413), not UTF-8 or not JSON (400), unknown gate or bad shapes (422), unknown workload (404),
+malformed manifest (422), manifest differing from the client's copy (409) — creates no job.
+
+Each job runs through ``runner.validate_job``: the candidate is only parsed here; everything else runs
+in a sandboxed worker subprocess, so a hang or crash ends that job and the service answers the next.
+Results are cached in SQLite (``KLINEAGE_VALIDATOR_CACHE``, default ``.klineage/validator/cache.sqlite``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import re
+import threading
+import time
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from klineage.schema.gate_result import GATES
+from klineage.validator.cache import ResultCache
+from klineage.validator.client import LocalValidator
+from klineage.validator.runner import ValidationRequestError
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def default_workload_roots() -> list[Path]:
+    """Roots from ``KLINEAGE_WORKLOADS`` (``os.pathsep``-separated), else ./workloads and ./heldout."""
+    env = os.environ.get("KLINEAGE_WORKLOADS")
+    if env:
+        return [Path(p) for p in env.split(os.pathsep) if p]
+    return [Path("workloads"), Path("heldout")]
+
+
+@dataclass
+class ServiceConfig:
+    """Service settings; every field has a default usable on a developer machine."""
+
+    workload_roots: list[Path] = field(default_factory=default_workload_roots)
+    cache_path: Path | None = field(default_factory=lambda: Path(
+        os.environ.get("KLINEAGE_VALIDATOR_CACHE", ".klineage/validator/cache.sqlite")))
+    max_body_bytes: int = 1 << 20
+    max_sync_wait_s: float = 900.0
+    job_timeout_s: float | None = None
+    workers: int | None = None
+    device: str = "auto"
+    max_jobs_kept: int = 10_000
+    measure_ceilings_at_start: bool = True
+
+
+@dataclass
+class Job:
+    """One queued, running or finished job."""
+
+    id: str
+    key: str
+    workload: str
+    gates: tuple[str, ...]
+    status: str = "queued"
+    cached: bool = False
+    created: float = field(default_factory=time.time)
+    started: float | None = None
+    finished: float | None = None
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    payload: tuple[Any, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "status": self.status, "cached": self.cached,
+                               "workload": self.workload, "gates": list(self.gates), "created": self.created,
+                               "started": self.started, "finished": self.finished}
+        if self.result is not None:
+            out["result"] = self.result
+            out["verdict"] = self.result.get("verdict")
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+class RequestRefused(Exception):
+    """A request refused before any job exists: HTTP ``status`` and a clear message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class JobManager:
+    """The queue, the worker threads and the job table."""
+
+    def __init__(self, config: ServiceConfig) -> None:
+        self.config = config
+        cache = ResultCache(config.cache_path) if config.cache_path is not None else None
+        self.validators: list[LocalValidator] = []
+        self.cache = cache
+        self.queue: queue.Queue[Job | None] = queue.Queue()
+        self.jobs: dict[str, Job] = {}
+        self.inflight: dict[str, Job] = {}
+        self.lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+        self.ceilings: dict[str, Any] | None = None
+        self.ceilings_error: str | None = None
+        self.info_validator = LocalValidator(cache=cache, timeout_s=config.job_timeout_s, device=config.device)
+
+    def start(self) -> None:
+        """Probe the device and start one worker thread per GPU (one without a GPU)."""
+        info = self.info_validator.device_info()
+        count = self.config.workers or (max(1, info.device_count) if info.cuda else 1)
+        for i in range(count):
+            visible = str(i) if info.cuda and count > 1 else None
+            validator = LocalValidator(cache=self.cache, timeout_s=self.config.job_timeout_s,
+                                       device=self.config.device, visible_devices=visible)
+            self.validators.append(validator)
+            thread = threading.Thread(target=self._work, args=(validator, i == 0), daemon=True,
+                                      name=f"klineage-validator-{i}")
+            thread.start()
+            self.threads.append(thread)
+
+    def stop(self) -> None:
+        """Ask the worker threads to finish (queued jobs are dropped)."""
+        for _ in self.threads:
+            self.queue.put(None)
+
+    def _work(self, validator: LocalValidator, first: bool) -> None:
+        if first and self.config.measure_ceilings_at_start and validator.device_info().cuda:
+            try:
+                self.ceilings = validator.ceilings()
+            except Exception as exc:  # reported by /v1/info; performance jobs retry
+                self.ceilings_error = str(exc)
+        while True:
+            job = self.queue.get()
+            if job is None:
+                return
+            job.status, job.started = "running", time.time()
+            try:
+                source, workload_dir, gates, shapes = job.payload
+                result = validator.validate(source, workload_dir, gates, shapes)
+                job.result = result.to_dict()
+                job.cached = validator.last_cached
+                job.status = "done"
+            except Exception as exc:
+                job.status, job.error = "error", f"{type(exc).__name__}: {exc}"
+            finally:
+                job.finished = time.time()
+                job.payload = ()
+                with self.lock:
+                    self.inflight.pop(job.key, None)
+                job.done.set()
+
+    def resolve_workload(self, name: Any) -> Path:
+        """The folder of workload ``name`` under the configured roots; RequestRefused when unknown."""
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise RequestRefused(422, "workload must be a workload folder name (letters, digits, '_', '-', '.')")
+        for root in self.config.workload_roots:
+            folder = root / name
+            if (folder / "manifest.toml").is_file():
+                return folder
+        known = ", ".join(self.workload_names()[:20]) or "none"
+        raise RequestRefused(404, f"unknown workload {name!r} (known: {known})")
+
+    def workload_names(self) -> list[str]:
+        """Names of the workload folders under the roots."""
+        names = []
+        for root in self.config.workload_roots:
+            if root.is_dir():
+                names.extend(p.name for p in sorted(root.iterdir()) if (p / "manifest.toml").is_file())
+        return sorted(set(names))
+
+    def submit(self, body: dict[str, Any]) -> Job:
+        """Check a request body and queue its job (or return the cached / in-flight one)."""
+        unknown = set(body) - {"candidate", "workload", "gates", "shapes", "manifest_sha", "wait_s"}
+        if unknown:
+            raise RequestRefused(422, f"unknown field {sorted(unknown)[0]!r}")
+        candidate = body.get("candidate")
+        if not isinstance(candidate, str):
+            raise RequestRefused(422, "candidate must be the candidate module's source text (a string)")
+        folder = self.resolve_workload(body.get("workload"))
+        try:
+            source, workload, gates, shapes, key = self.info_validator.prepare(
+                candidate, folder, body.get("gates"), body.get("shapes"))
+        except ValidationRequestError as exc:
+            raise RequestRefused(exc.status, str(exc)) from exc
+        expected = body.get("manifest_sha")
+        if expected is not None and expected != workload.manifest_sha:
+            raise RequestRefused(409, f"workload {workload.name!r} on the server differs from the client's copy "
+                                 "(manifest sha256 mismatch)")
+        with self.lock:
+            if key in self.inflight:
+                return self.inflight[key]
+            job = Job(id=uuid.uuid4().hex, key=key, workload=workload.name, gates=gates)
+            hit = self.info_validator.cached(key)
+            if hit is not None:
+                job.status, job.cached, job.result = "done", True, hit.to_dict()
+                job.finished = job.started = time.time()
+                job.done.set()
+            else:
+                job.payload = (source, folder, gates, shapes)
+                self.inflight[key] = job
+            self.jobs[job.id] = job
+            self._trim()
+        if not job.done.is_set():
+            self.queue.put(job)
+        return job
+
+    def _trim(self) -> None:
+        if len(self.jobs) <= self.config.max_jobs_kept:
+            return
+        for job_id in [j.id for j in self.jobs.values() if j.done.is_set()][: len(self.jobs) // 10 + 1]:
+            self.jobs.pop(job_id, None)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+async def _read_body(request: Request, limit: int) -> dict[str, Any]:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise RequestRefused(413, f"request body of {length} bytes is over the limit of {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestRefused(413, f"request body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RequestRefused(400, f"request body is not valid UTF-8 (byte {exc.start})") from exc
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RequestRefused(400, f"request body is not JSON: {exc.msg} at line {exc.lineno}") from exc
+    if not isinstance(body, dict):
+        raise RequestRefused(400, "request body must be a JSON object")
+    return body
+
+
+def create_app(config: ServiceConfig | None = None) -> FastAPI:
+    """Build the service (the job manager starts with the app's lifespan)."""
+    config = config or ServiceConfig()
+    manager = JobManager(config)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]
+        await asyncio.to_thread(manager.start)
+        yield
+        manager.stop()
+
+    app = FastAPI(title="KLineage validator", version="1", lifespan=lifespan)
+    app.state.manager = manager
+
+    @app.exception_handler(RequestRefused)
+    async def refused(request: Request, exc: RequestRefused) -> JSONResponse:
+        return _error(exc.status, exc.message)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return {"status": "ok", "queued": manager.queue.qsize(), "workers": len(manager.threads)}
+
+    @app.get("/v1/info")
+    async def info() -> dict[str, Any]:
+        device = manager.info_validator.device_info()
+        ceilings: Any = manager.ceilings
+        if ceilings is None:
+            ceilings = {"status": "no GPU: not measured"} if not device.cuda else \
+                {"status": manager.ceilings_error or "measuring"}
+        return {"gpu": device.gpu, "versions": device.versions, "cuda": device.cuda,
+                "workers": len(manager.threads), "ceilings": ceilings, "gates": list(GATES),
+                "workloads": manager.workload_names(),
+                "workload_roots": [str(p) for p in config.workload_roots],
+                "limits": {"max_body_bytes": config.max_body_bytes, "max_sync_wait_s": config.max_sync_wait_s,
+                           "job_timeout_s": config.job_timeout_s}}
+
+    @app.post("/v1/jobs", status_code=202)
+    async def create_job(request: Request) -> JSONResponse:
+        body = await _read_body(request, config.max_body_bytes)
+        job = await asyncio.to_thread(manager.submit, body)
+        return JSONResponse({"id": job.id, "status": job.status, "cached": job.cached}, status_code=202)
+
+    @app.get("/v1/jobs/{job_id}")
+    async def get_job(job_id: str) -> JSONResponse:
+        job = manager.jobs.get(job_id)
+        if job is None:
+            return _error(404, f"unknown job {job_id!r}")
+        return JSONResponse(job.to_dict())
+
+    @app.post("/v1/validate")
+    async def validate(request: Request) -> JSONResponse:
+        body = await _read_body(request, config.max_body_bytes)
+        wait = body.get("wait_s", config.max_sync_wait_s)
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or wait < 0:
+            raise RequestRefused(422, "wait_s must be a non-negative number of seconds")
+        job = manager.submit(body) if _cheap(body) else await asyncio.to_thread(manager.submit, body)
+        deadline = time.monotonic() + min(float(wait), config.max_sync_wait_s)
+        while not job.done.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        headers = {"X-Klineage-Job": job.id, "X-Klineage-Cached": "1" if job.cached else "0"}
+        if job.status == "done" and job.result is not None:
+            return JSONResponse(job.result, headers=headers)
+        if job.status == "error":
+            return _error(500, f"job {job.id} failed in the service: {job.error}")
+        return JSONResponse({"id": job.id, "status": job.status}, status_code=202, headers=headers)
+
+    return app
+
+
+def _cheap(body: dict[str, Any]) -> bool:
+    """Small requests are checked inline (no thread hop): the cached path stays fast."""
+    candidate = body.get("candidate")
+    return isinstance(candidate, str) and len(candidate) < 200_000
+
+
+def serve(host: str = "127.0.0.1", port: int = 8100, config: ServiceConfig | None = None) -> None:
+    """Run the service with uvicorn (blocking)."""
+    import uvicorn
+
+    uvicorn.run(create_app(config), host=host, port=port, log_level="info")
+
+
+__all__ = ["JobManager", "RequestRefused", "ServiceConfig", "create_app", "serve"]

@@ -1,0 +1,380 @@
+"""The static gate: what a candidate module may contain, decided from its syntax tree alone.
+
+DESIGN.md ("Contracts", "Validator"): a candidate imports only ``torch``, ``triton``,
+``triton.language`` and ``math``, defines ``run(*inputs)`` which launches at least one
+``@triton.jit`` kernel, does no tensor arithmetic in host code (the work must be the kernel's), has no
+``try``/``except`` fallback, and no dunder, reflection, stream, thread or timer tricks.
+
+Host code may only *allocate* tensors and read their metadata: ``torch.empty*``, ``zeros*``, ``full*``,
+``ones*``, ``arange``, views/reshapes/contiguous, ``.shape``/``.stride()``/``.numel()``/``.dtype``/
+``.device``, device properties. Anything else under ``torch.`` is refused (a whitelist); known compute
+methods (``.sum()``, ``.exp()``, ``.matmul()``, ...) and the ``@`` operator are refused by name. This is the
+first line only: the worker also audits every ATen op the candidate's host code runs
+(``harness.CandidateAudit``), so arithmetic hidden behind ``+``/``*`` is still caught, at integrity.
+
+Standard library only: the service parent runs this without importing torch.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any
+
+ALLOWED_MODULES: frozenset[str] = frozenset({"torch", "triton", "triton.language", "math"})
+"""Modules a candidate may import (plus ``triton.language.*`` submodules such as ``extra.libdevice``)."""
+
+# torch.<path> the host code may name: allocation, dtypes, device and properties. Everything else is refused.
+TORCH_ALLOWED: frozenset[str] = frozenset({
+    "torch.empty", "torch.empty_like", "torch.empty_strided", "torch.zeros", "torch.zeros_like",
+    "torch.ones", "torch.ones_like", "torch.full", "torch.full_like", "torch.arange",
+    "torch.device", "torch.dtype", "torch.Size", "torch.Tensor", "torch.finfo", "torch.iinfo",
+    "torch.float16", "torch.half", "torch.bfloat16", "torch.float32", "torch.float", "torch.float64",
+    "torch.double", "torch.int8", "torch.uint8", "torch.int16", "torch.int32", "torch.int", "torch.int64",
+    "torch.long", "torch.bool", "torch.float8_e4m3fn", "torch.float8_e5m2",
+    "torch.cuda", "torch.cuda.is_available", "torch.cuda.current_device", "torch.cuda.device",
+    "torch.cuda.get_device_properties", "torch.cuda.get_device_capability", "torch.cuda.device_count",
+    "torch.cuda.get_device_name", "torch.get_default_dtype",
+})
+# Paths whose attributes are plain values (dtypes, finfo, ...): ``torch.float16.itemsize`` is fine.
+TORCH_VALUE_PREFIXES: frozenset[str] = frozenset({
+    "torch.float16", "torch.half", "torch.bfloat16", "torch.float32", "torch.float", "torch.float64",
+    "torch.double", "torch.int8", "torch.uint8", "torch.int16", "torch.int32", "torch.int", "torch.int64",
+    "torch.long", "torch.bool", "torch.Tensor", "torch.Size", "torch.device", "torch.dtype",
+})
+TORCH_STREAMY: frozenset[str] = frozenset({
+    "torch.cuda.Stream", "torch.cuda.stream", "torch.cuda.Event", "torch.cuda.graph", "torch.cuda.CUDAGraph",
+    "torch.cuda.set_stream", "torch.cuda.current_stream", "torch.cuda.default_stream",
+    "torch.cuda.synchronize", "torch.cuda.graphs", "torch.cuda.streams", "torch.cuda.ExternalStream",
+    "torch.multiprocessing", "torch.cuda.set_device", "torch.cuda.nvtx", "torch.profiler", "torch.cuda.Graph",
+})
+TRITON_ALLOWED: frozenset[str] = frozenset({
+    "triton.jit", "triton.autotune", "triton.heuristics", "triton.Config", "triton.cdiv",
+    "triton.next_power_of_2", "triton.set_allocator", "triton.language",
+})
+# Tensor methods that compute (refused in host code). Views, metadata and allocation methods are fine.
+COMPUTE_METHODS: frozenset[str] = frozenset({
+    "sum", "mean", "prod", "exp", "exp2", "log", "log2", "log1p", "expm1", "softmax", "log_softmax",
+    "matmul", "mm", "bmm", "addmm", "baddbmm", "addmv", "mv", "einsum", "dot", "vdot", "outer",
+    "max", "min", "amax", "amin", "argmax", "argmin", "cumsum", "cumprod", "logsumexp", "logcumsumexp",
+    "norm", "var", "std", "var_mean", "std_mean", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu",
+    "silu", "erf", "sin", "cos", "abs", "neg", "reciprocal", "pow", "square", "clamp", "clip",
+    "where", "masked_fill", "masked_fill_", "index_select", "gather", "scatter", "scatter_add",
+    "scatter_reduce", "index_add", "index_add_", "topk", "kthvalue", "median", "mode", "lerp",
+    "add_", "sub_", "mul_", "div_", "exp_", "copy_", "addcmul", "addcdiv", "layer_norm", "rms_norm",
+    "cross_entropy", "nll_loss", "scaled_dot_product_attention", "linear", "conv1d", "conv2d",
+    "sub", "mul", "div", "true_divide", "floor_divide", "fmod", "remainder", "tril", "triu",
+    "cumulative_trapezoid", "trapz", "diff", "flip", "roll", "nan_to_num", "softplus", "mish",
+    "sort", "argsort", "unique", "allclose", "isclose", "equal", "all", "any", "count_nonzero",
+    "maximum", "minimum", "fmax", "fmin", "sign", "floor", "ceil", "round", "trunc", "frac",
+    "tensordot", "kron", "cross", "cdist", "histc", "bincount", "logaddexp", "hypot", "atan2",
+})
+FORBIDDEN_BUILTINS: frozenset[str] = frozenset({
+    "eval", "exec", "compile", "open", "getattr", "setattr", "delattr", "globals", "locals", "vars",
+    "breakpoint", "input", "help", "exit", "quit", "memoryview", "dir", "type", "object", "super",
+    "classmethod", "staticmethod", "property", "__import__", "__builtins__", "__loader__", "__spec__",
+})
+# Builtins the candidate's module sees at run time (the worker's second line behind this gate).
+SAFE_BUILTINS: tuple[str, ...] = (
+    "abs", "all", "any", "bool", "callable", "dict", "divmod", "enumerate", "filter", "float", "frozenset",
+    "hasattr", "hash", "int", "isinstance", "issubclass", "iter", "len", "list", "map", "max", "min",
+    "next", "pow", "print", "range", "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum",
+    "tuple", "zip", "None", "True", "False", "NotImplemented", "Ellipsis", "ArithmeticError",
+    "AssertionError", "Exception", "IndexError", "KeyError", "NotImplementedError", "RuntimeError",
+    "TypeError", "ValueError", "ZeroDivisionError", "OverflowError", "StopIteration",
+)
+
+
+@dataclass
+class StaticReport:
+    """What the static gate found: ``ok``, the first ``reason`` when not, and facts about the source."""
+
+    ok: bool
+    reason: str = ""
+    kernels: list[str] = field(default_factory=list)
+    uses_dot: bool = False
+    launches: int = 0
+    lines: int = 0
+
+    def metrics(self) -> dict[str, Any]:
+        """Metrics for the gate outcome document."""
+        return {"kernels": list(self.kernels), "uses_dot": self.uses_dot, "launch_sites": self.launches,
+                "lines": self.lines}
+
+
+class StaticViolation(Exception):
+    """A rule the candidate breaks: the message is the gate's one-line reason."""
+
+    def __init__(self, node: ast.AST | None, message: str) -> None:
+        line = getattr(node, "lineno", None)
+        super().__init__(f"{message} (line {line})" if line else message)
+
+
+def _dotted(node: ast.AST) -> list[str] | None:
+    """``a.b.c`` -> ["a", "b", "c"]; None when the chain does not start at a plain name."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return parts[::-1]
+    return None
+
+
+def _is_dunder(name: str) -> bool:
+    return name.startswith("__")
+
+
+def _import_allowed(module: str) -> bool:
+    return module in ALLOWED_MODULES or module.startswith("triton.language.")
+
+
+class _Checker:
+    """Walks the tree once; raises StaticViolation at the first broken rule."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.tree = tree
+        self.aliases: dict[str, str] = {}  # local name -> canonical dotted path (module or member)
+        self.kernels: dict[str, ast.FunctionDef] = {}
+        self.functions: dict[str, ast.FunctionDef] = {}
+        self.uses_dot = False
+
+    # -- imports -----------------------------------------------------------------------------------
+    def _imports(self) -> None:
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if not _import_allowed(alias.name):
+                        raise StaticViolation(node, f"forbidden import '{alias.name}': a candidate may import "
+                                              "only torch, triton, triton.language and math")
+                    if alias.asname:
+                        self.aliases[alias.asname] = alias.name
+                    else:
+                        top = alias.name.split(".")[0]
+                        self.aliases[top] = top
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if node.level:
+                    raise StaticViolation(node, "relative imports are not allowed in a candidate")
+                if module == "__future__":
+                    continue
+                if not _import_allowed(module):
+                    raise StaticViolation(node, f"forbidden import 'from {module} import ...': a candidate may "
+                                          "import only torch, triton, triton.language and math")
+                for alias in node.names:
+                    if alias.name == "*":
+                        raise StaticViolation(node, f"'from {module} import *' is not allowed")
+                    path = f"{module}.{alias.name}"
+                    if not _import_allowed(path):
+                        self._check_path(node, path.split("."), host=True)
+                    self.aliases[alias.asname or alias.name] = path
+
+    # -- module paths ------------------------------------------------------------------------------
+    def _canonical(self, parts: list[str]) -> list[str] | None:
+        root = self.aliases.get(parts[0])
+        if root is None:
+            return None
+        return root.split(".") + parts[1:]
+
+    def _check_path(self, node: ast.AST, path: list[str], host: bool) -> None:
+        dotted = ".".join(path)
+        if any(_is_dunder(p) for p in path):
+            raise StaticViolation(node, f"dunder access '{dotted}' is not allowed")
+        if path[0] in ("triton",) and len(path) >= 2 and path[1] == "language" or path[0] == "math":
+            if any(p.startswith("_") for p in path[1:]):
+                raise StaticViolation(node, f"private attribute '{dotted}' is not allowed")
+            return
+        if path[0] == "triton":
+            if dotted in TRITON_ALLOWED:
+                return
+            raise StaticViolation(node, f"'{dotted}' is not allowed: a candidate may use only triton.jit, "
+                                  "autotune, heuristics, Config, cdiv, next_power_of_2, set_allocator and "
+                                  "triton.language")
+        if path[0] == "torch":
+            if dotted in TORCH_ALLOWED:
+                return
+            for i in range(len(path) - 1, 1, -1):
+                prefix = ".".join(path[:i])
+                if prefix in TORCH_VALUE_PREFIXES:
+                    rest = path[i:]
+                    if any(p.startswith("_") or p in COMPUTE_METHODS for p in rest):
+                        raise StaticViolation(node, f"torch compute op '{dotted}' in host code: the work "
+                                              "must be done by a Triton kernel")
+                    return
+            if any(dotted == s or dotted.startswith(s + ".") for s in TORCH_STREAMY):
+                raise StaticViolation(node, f"'{dotted}': streams, events, graphs and synchronization tricks "
+                                      "are not allowed in a candidate")
+            if any(p.startswith("_") for p in path[1:]):
+                raise StaticViolation(node, f"private torch attribute '{dotted}' is not allowed")
+            kind = "torch compute op" if (path[-1] in COMPUTE_METHODS or "nn" in path or "linalg" in path
+                                          or "fft" in path or "special" in path) else "torch call"
+            raise StaticViolation(node, f"{kind} '{dotted}' is not allowed in host code: only allocation "
+                                  "(empty/zeros/full/...), dtypes and device properties; the work must be "
+                                  "done by a Triton kernel")
+
+    # -- the walk ----------------------------------------------------------------------------------
+    def _is_jit(self, fn: ast.FunctionDef) -> bool:
+        for dec in fn.decorator_list:
+            target = dec.func if isinstance(dec, ast.Call) else dec
+            parts = _dotted(target)
+            if parts is None:
+                continue
+            canon = self._canonical(parts)
+            if canon and ".".join(canon) == "triton.jit":
+                return True
+        return False
+
+    def _visit(self, node: ast.AST, in_kernel: bool) -> None:
+        if isinstance(node, ast.Try | ast.TryStar):
+            raise StaticViolation(node, "try/except is not allowed: a fallback could hide a failed kernel")
+        if isinstance(node, ast.ClassDef):
+            raise StaticViolation(node, "class definitions are not allowed in a candidate")
+        if isinstance(node, ast.AsyncFunctionDef | ast.Await | ast.Yield | ast.YieldFrom):
+            raise StaticViolation(node, "async code and generators are not allowed in a candidate")
+        if isinstance(node, ast.Global | ast.Nonlocal):
+            for name in node.names:
+                if name in self.aliases:
+                    raise StaticViolation(node, f"rebinding the module name '{name}' is not allowed")
+        if isinstance(node, ast.Name):
+            if _is_dunder(node.id):
+                raise StaticViolation(node, f"dunder name '{node.id}' is not allowed")
+            if node.id in FORBIDDEN_BUILTINS:
+                raise StaticViolation(node, f"'{node.id}' is not allowed (reflection, I/O and dynamic code "
+                                      "escape the sandbox)")
+            if isinstance(node.ctx, ast.Store | ast.Del) and node.id in self.aliases:
+                raise StaticViolation(node, f"rebinding the module name '{node.id}' is not allowed")
+        if isinstance(node, ast.arg) and node.arg in self.aliases:
+            raise StaticViolation(node, f"a parameter may not shadow the module name '{node.arg}'")
+        if isinstance(node, ast.Attribute):
+            if _is_dunder(node.attr):
+                raise StaticViolation(node, f"dunder attribute '.{node.attr}' is not allowed")
+            if isinstance(node.ctx, ast.Store | ast.Del) and not in_kernel:
+                raise StaticViolation(node, f"attribute assignment '.{node.attr} = ...' is not allowed in "
+                                      "host code")
+            parts = _dotted(node)
+            if parts is not None:
+                canon = self._canonical(parts)
+                if canon is not None:
+                    if canon[:2] != ["triton", "language"] or not in_kernel:
+                        self._check_path(node, canon, host=not in_kernel)
+                    elif any(p.startswith("_") for p in canon[2:]):
+                        raise StaticViolation(node, f"private attribute '{'.'.join(canon)}' is not allowed")
+                    if in_kernel and canon[-1] in ("dot", "dot_scaled"):
+                        self.uses_dot = True
+                    return  # the whole chain is checked; don't re-check its inner parts
+            if in_kernel and node.attr in ("dot", "dot_scaled"):
+                self.uses_dot = True
+        if isinstance(node, ast.Call) and not in_kernel and isinstance(node.func, ast.Attribute):
+            parts = _dotted(node.func)
+            is_module_chain = parts is not None and self._canonical(parts) is not None
+            if not is_module_chain and node.func.attr in COMPUTE_METHODS:
+                raise StaticViolation(node, f"tensor compute method '.{node.func.attr}()' in host code: the "
+                                      "work must be done by a Triton kernel")
+        if isinstance(node, ast.BinOp | ast.AugAssign) and isinstance(node.op, ast.MatMult) and not in_kernel:
+            raise StaticViolation(node, "the matrix-multiply operator '@' in host code: the work must be done "
+                                  "by a Triton kernel")
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            canon = self.aliases.get(node.id)
+            if canon is not None and canon not in ALLOWED_MODULES and not _import_allowed(canon):
+                self._check_path(node, canon.split("."), host=not in_kernel)
+        if isinstance(node, ast.FunctionDef):
+            for dec in node.decorator_list:
+                self._visit(dec, in_kernel)
+            for default in [*node.args.defaults, *node.args.kw_defaults]:
+                if default is not None:
+                    self._visit(default, in_kernel)
+            kernel = in_kernel or self._is_jit(node)
+            for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
+                        *([node.args.vararg] if node.args.vararg else []),
+                        *([node.args.kwarg] if node.args.kwarg else [])]:
+                self._visit(arg, kernel)
+            for stmt in node.body:
+                self._visit(stmt, kernel)
+            return
+        for child in ast.iter_child_nodes(node):
+            self._visit(child, in_kernel)
+
+    # -- run and its launches ----------------------------------------------------------------------
+    def _reachable(self, start: str) -> list[ast.FunctionDef]:
+        seen: dict[str, ast.FunctionDef] = {}
+        todo = [start]
+        while todo:
+            name = todo.pop()
+            if name in seen or name not in self.functions or name in self.kernels:
+                continue
+            seen[name] = self.functions[name]
+            for node in ast.walk(seen[name]):
+                if isinstance(node, ast.Name) and node.id in self.functions:
+                    todo.append(node.id)
+        return list(seen.values())
+
+    def check(self) -> StaticReport:
+        self._imports()
+        for node in self.tree.body:
+            if isinstance(node, ast.FunctionDef):
+                self.functions[node.name] = node
+                if self._is_jit(node):
+                    self.kernels[node.name] = node
+        self._visit(self.tree, in_kernel=False)
+        if not self.kernels:
+            raise StaticViolation(None, "no @triton.jit kernel is defined")
+        run = self.functions.get("run")
+        rebinds = [n for n in self.tree.body if isinstance(n, ast.Assign | ast.AnnAssign)
+                   and any(isinstance(t, ast.Name) and t.id == "run"
+                           for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
+        if run is None or rebinds:
+            raise StaticViolation(None, "the candidate must define run(*inputs) with a module-level 'def run'")
+        if "run" in self.kernels:
+            raise StaticViolation(run, "run must be host code that launches kernels, not a @triton.jit kernel")
+        # Names that stand for kernels: the jit functions, and module-level names built from them.
+        kernelish = set(self.kernels)
+        changed = True
+        while changed:
+            changed = False
+            for node in self.tree.body:
+                if isinstance(node, ast.Assign):
+                    refs = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+                    if refs & kernelish:
+                        for target in node.targets:
+                            for t in ast.walk(target):
+                                if isinstance(t, ast.Name) and t.id not in kernelish:
+                                    kernelish.add(t.id)
+                                    changed = True
+        reachable = self._reachable("run")
+        launches = 0
+        referenced: set[str] = set()
+        for fn in reachable:
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript):
+                    launches += 1
+                if isinstance(node, ast.Name) and node.id in kernelish:
+                    referenced.add(node.id)
+        if launches == 0 or not referenced:
+            raise StaticViolation(run, "run never launches a Triton kernel (no kernel[grid](...) reachable "
+                                  "from run that names a @triton.jit kernel)")
+        return StaticReport(ok=True, kernels=sorted(self.kernels), uses_dot=self.uses_dot, launches=launches)
+
+
+def check_source(source: str) -> StaticReport:
+    """Run the static gate on candidate ``source``; never raises, the verdict is in the report."""
+    lines = source.count("\n") + 1
+    try:
+        tree = ast.parse(source, filename="candidate.py")
+    except SyntaxError as exc:
+        text = (exc.text or "").strip()
+        where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
+        snippet = f": {text[:80]!r}" if text else ""
+        return StaticReport(ok=False, reason=f"syntax error at {where}: {exc.msg}{snippet}", lines=lines)
+    except (ValueError, RecursionError) as exc:  # null bytes, absurd nesting
+        return StaticReport(ok=False, reason=f"source does not parse: {exc}", lines=lines)
+    checker = _Checker(tree)
+    try:
+        report = checker.check()
+    except StaticViolation as exc:
+        return StaticReport(ok=False, reason=str(exc), kernels=sorted(checker.kernels),
+                            uses_dot=checker.uses_dot, lines=lines)
+    except RecursionError:
+        return StaticReport(ok=False, reason="source is nested too deeply to check", lines=lines)
+    report.lines = lines
+    return report
