@@ -6,12 +6,19 @@ lineage walker makes). Each variant is checked against the reference at each key
 next to the vendor with the method of ``bench/workloads.py`` (L2 flushed, CUDA events, medians).
 For autotuned kernels the per-config autotune timings are printed too. Results go to stdout (a
 short table at the end) and, with ``--out DIR``, to ``DIR/explore.jsonl`` and ``DIR/explore.txt``.
+
+Plans: ``tune1`` is the sweep of the first H200 call (it ran against the kernels of commit 212d2cf;
+its substitution targets no longer exist in today's kernels). ``select`` holds the open questions of
+the second call; with ``--select`` the variant with the best geometric-mean speedup over the plan's
+cases (all of them correct, and at least 1% ahead of the current expert) is written over
+``workloads/<name>/expert.py`` before the final measurement, and a copy goes to ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 import time
@@ -54,7 +61,7 @@ ATTN_BROAD = """        (128, 64, 4, 3),
         (64, 128, 4, 3),
 """
 
-PLANS: dict[str, dict] = {
+PLANS_TUNE1: dict[str, dict] = {
     "gemm": {
         "tuned": "_matmul_tma_persistent_kernel",
         "cases": [({"M": 8192, "N": 8192, "K": 8192}, "bf16"), ({"M": 4096, "N": 4096, "K": 4096}, "bf16"),
@@ -142,6 +149,61 @@ PLANS: dict[str, dict] = {
 }
 
 
+LN_ROWS = "        rows = max(1, min(TILE_ELEMS // block_n, triton.next_power_of_2(n_rows)))"
+LN_PROGRAMS = "        programs = min(n_blocks, sms * max(1, 32 // num_warps))"
+
+PLANS_SELECT: dict[str, dict] = {
+    "layernorm": {
+        "cases": [({"rows": 16384, "cols": 8192}, "bf16"), ({"rows": 32768, "cols": 768}, "bf16"),
+                  ({"rows": 65536, "cols": 128}, "bf16"), ({"rows": 2048, "cols": 12288}, "bf16"),
+                  ({"rows": 8192, "cols": 5120}, "bf16")],
+        "variants": {
+            "expert": [],
+            "stages1": [("num_stages=2", "num_stages=1")],
+            "stages1_p64": [("num_stages=2", "num_stages=1"),
+                            (LN_PROGRAMS, LN_PROGRAMS.replace("32 //", "64 //"))],
+            "stages1_p16": [("num_stages=2", "num_stages=1"),
+                            (LN_PROGRAMS, LN_PROGRAMS.replace("32 //", "16 //"))],
+            "rows2_wide": [("num_stages=2", "num_stages=1"),
+                           (LN_ROWS, LN_ROWS.replace("max(1,", "max(2 if block_n == 8192 else 1,"))],
+        },
+    },
+    "softmax": {
+        "cases": [({"rows": 16384, "cols": 8192}, "bf16"), ({"rows": 16384, "cols": 8192}, "fp32"),
+                  ({"rows": 65536, "cols": 128}, "bf16"), ({"rows": 8192, "cols": 1000}, "bf16"),
+                  ({"rows": 4096, "cols": 4096}, "bf16"), ({"rows": 1024, "cols": 50257}, "bf16"),
+                  ({"rows": 256, "cols": 131072}, "bf16")],
+        "variants": {
+            "expert": [],
+            "warps_by_elems": [("return max(4, min(16, tile_bytes // (64 * 32)))",
+                                "return 16 if tile_bytes >= 65536 else (8 if tile_bytes >= 8192 else 4)")],
+            "online4k": [("ONLINE_BLOCK = 8192", "ONLINE_BLOCK = 4096")],
+        },
+    },
+    "cross_entropy": {
+        "cases": [({"rows": 8192, "vocab": 32768}, "bf16"), ({"rows": 4096, "vocab": 128256}, "bf16"),
+                  ({"rows": 16384, "vocab": 4096}, "bf16"), ({"rows": 8192, "vocab": 50257}, "bf16")],
+        "variants": {
+            "expert": [],
+            "ctas128": [("64 // num_warps", "128 // num_warps")],
+            "one_row_per_program": [("programs = min(n_rows, _num_sms(logits.device) * max(1, "
+                                     "64 // num_warps))", "programs = n_rows")],
+        },
+    },
+    "gemm": {
+        "tuned": "_matmul_tma_persistent_kernel",
+        "cases": [({"M": 1024, "N": 1024, "K": 1024}, "bf16"), ({"M": 777, "N": 1536, "K": 1000}, "fp16"),
+                  ({"M": 2048, "N": 2048, "K": 2048}, "bf16"), ({"M": 4096, "N": 4096, "K": 4096}, "bf16")],
+        "variants": {
+            "expert": [],
+            "noprune": [(',\n                 prune_configs_by={"early_config_prune": '
+                         '_prune_small_grids})', ")")],
+        },
+    },
+}
+PLANS = {"tune1": PLANS_TUNE1, "select": PLANS_SELECT}
+
+
 def load_variant(name: str, variant: str, subs: list[tuple[str, str]], tmp: Path):
     """expert.py of ``name`` with ``subs`` applied, imported from a temp file."""
     src = (wl.WORKLOADS / name / "expert.py").read_text()
@@ -154,18 +216,47 @@ def load_variant(name: str, variant: str, subs: list[tuple[str, str]], tmp: Path
     return wl.load_module(path, f"var_{name}_{variant}")
 
 
+def geomean(values: list[float]) -> float:
+    """Geometric mean; 0 when any value is 0 (a failed case)."""
+    if not values or min(values) <= 0:
+        return 0.0
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def select_variant(name: str, plan: dict, speedups: dict[str, list[float]], modules: dict, tmp: Path,
+                   out: Path | None, emit) -> None:
+    """Write the best variant (geomean speedup, all cases correct, >= 1% over expert) over expert.py."""
+    n_cases = len(plan["cases"])
+    scores = {v: geomean(s) if len(s) == n_cases else 0.0 for v, s in speedups.items()}
+    base = scores.get("expert", 0.0)
+    best = max(scores, key=scores.get)
+    emit(f"{name:<13} SCORES " + " ".join(f"{v}={g:.4f}" for v, g in scores.items()))
+    if best == "expert" or base <= 0 or scores[best] < 1.01 * base:
+        emit(f"{name:<13} SELECTED expert (best other: {best} {scores[best]:.4f} vs {base:.4f})")
+        return
+    src = (tmp / f"{name}_{best}.py").read_text()
+    (wl.WORKLOADS / name / "expert.py").write_text(src)
+    if out:
+        (out / f"selected_{name}.py").write_text(src)
+    emit(f"{name:<13} SELECTED {best} ({scores[best]:.4f} vs expert {base:.4f}); expert.py replaced")
+
+
 def main() -> int:
     """Run every plan (or those named), print the table, write results under --out."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workloads", nargs="*")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--dry", action="store_true", help="only apply the substitutions (no GPU)")
+    parser.add_argument("--plan", choices=sorted(PLANS), default="select")
+    parser.add_argument("--select", action="store_true",
+                        help="write the winning variant over workloads/<name>/expert.py")
     args = parser.parse_args()
-    names = args.workloads or list(PLANS)
+    plans = PLANS[args.plan]
+    names = args.workloads or list(plans)
     if args.dry:
         tmp = Path(tempfile.mkdtemp(prefix="variants_"))
         for name in names:
-            for variant, subs in PLANS[name]["variants"].items():
+            for variant, subs in plans[name]["variants"].items():
                 load_variant(name, variant, subs, tmp)
                 print(f"{name} {variant}: ok")
         return 0
@@ -182,7 +273,9 @@ def main() -> int:
             (args.out / "explore.txt").write_text("\n".join(lines) + "\n")
 
     for name in names:
-        plan = PLANS[name]
+        plan = plans[name]
+        tol = wl.load_manifest(name)["tolerance"]
+        speedups: dict[str, list[float]] = {v: [] for v in plan["variants"]}
         refmod = wl.load_module(wl.WORKLOADS / name / "reference.py", f"ref_{name}")
         modules = {}
         for variant, subs in plan["variants"].items():
@@ -221,6 +314,7 @@ def main() -> int:
                     row["config_ms"] = {str(c): t[0] if isinstance(t, list) else t
                                         for c, t in (kern.configs_timings or {}).items()}
                 out_rows.append(row)
+                speedups[variant].append(row["speedup"] if err <= tol[dtype] else 0.0)
                 extra = f" best={row['best_config']}" if "best_config" in row else ""
                 emit(f"{name:<13} {variant:<13} {label:<34} {dtype:<5} {ms:9.4f} ms  {row['tflops']:7.1f} "
                      f"TFLOP/s {row['tbps']:6.3f} TB/s x{row['speedup']:.3f} err={err:.1e} "
@@ -231,6 +325,8 @@ def main() -> int:
                             fh.write(json.dumps(r) + "\n")
             del inputs, ref
             torch.cuda.empty_cache()
+        if args.select:
+            select_variant(name, plan, speedups, modules, tmp, args.out, emit)
     print("\n".join(lines))
     return 0
 
