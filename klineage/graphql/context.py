@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from strawberry.dataloader import DataLoader
+from strawberry.fastapi import BaseContext
 
 from klineage.kb.service import KnowledgeBase
 from klineage.schema.graph import Node
@@ -62,7 +63,7 @@ class Loaders:
 
 
 @dataclass
-class RequestContext:
+class RequestContext(BaseContext):
     """What every resolver sees: ``kb``, ``loaders`` and the request's Authorization header."""
 
     kb: KnowledgeBase

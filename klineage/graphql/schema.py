@@ -185,8 +185,9 @@ def build_schema() -> strawberry.Schema:
     """The schema with depth, token and alias limits installed."""
     return strawberry.Schema(
         query=Query, mutation=Mutation,
-        extensions=[QueryDepthLimiter(max_depth=MAX_DEPTH), MaxTokensLimiter(max_token_count=MAX_TOKENS),
-                    MaxAliasesLimiter(max_alias_count=MAX_ALIASES)],
+        extensions=[lambda: QueryDepthLimiter(max_depth=MAX_DEPTH),
+                    lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
+                    lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES)],
     )
 
 

@@ -37,4 +37,4 @@ def to_graphml(batch: GraphBatch) -> str:
     for r in batch.relationships:
         attrs = {k: _graphml_value(v) for k, v in r.props.items() if v is not None}
         graph.add_edge(r.source, r.target, key=r.type, type=r.type, **attrs)
-    return "\n".join(nx.generate_graphml(graph)) + "\n"
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + "\n".join(nx.generate_graphml(graph)) + "\n"

@@ -52,6 +52,11 @@ def test_ingest_search_json_and_export(tmp_path: Path) -> None:
     assert {"Skill", "Lineage", "Step", "Kernel", "Workload"} <= labels
     graphml = klineage(tmp_path, "export", "--format", "graphml", "-o", str(tmp_path / "kb.graphml"))
     assert graphml.returncode == 0 and (tmp_path / "kb.graphml").read_text().startswith("<?xml")
+    import networkx as nx
+
+    graph = nx.read_graphml(tmp_path / "kb.graphml")
+    assert graph.number_of_nodes() == len(data["nodes"])
+    assert graph.number_of_edges() == len(data["relationships"])
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from klineage.kb.service import KnowledgeBase
 from klineage.schema.lineage_document import load_lineage_document
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "lineages"
-TOKEN = "test-token-123"
+TOKEN = "test-token-123"  # the same value as in test_api.py
 
 
 class CountingStore:
@@ -60,11 +60,3 @@ def client(kb: KnowledgeBase, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestC
     monkeypatch.setenv("KLINEAGE_API_TOKEN", TOKEN)
     with TestClient(create_app(kb)) as c:
         yield c
-
-
-def gql(client: TestClient, query: str, variables: dict[str, Any] | None = None,
-        token: str | None = None) -> dict[str, Any]:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    response = client.post("/graphql", json={"query": query, "variables": variables or {}}, headers=headers)
-    assert response.status_code == 200, response.text
-    return response.json()
