@@ -1,0 +1,109 @@
+"""Neo4j Browser end to end: the real Neo4j serves the Browser module at :7474/browser; headless
+Chromium (Debian's) loads the KLineage style, connects over Bolt, runs the saved lineage query and
+saves a screenshot in which the styled graph is visible.
+
+Set ``KLINEAGE_UPDATE_DOCS=1`` to also copy the screenshot to docs/neo4j-browser-lineage.png.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import urllib.request
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BROWSER_DIR = ROOT / "deploy" / "neo4j" / "browser"
+NODE_DIR = ROOT / "deploy" / "neo4j" / "cache" / "node"  # git-ignored
+PLAYWRIGHT_VERSION = "1.65.1"
+SCRIPT = Path(__file__).with_name("browser_screenshot.cjs")
+FIXTURES = ROOT / "tests" / "fixtures" / "lineages"
+
+
+def _chromium() -> str:
+    found = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not found:
+        pytest.skip("Chromium is not installed (Debian: apt-get install -y chromium)")
+    return found
+
+
+def _playwright_core() -> Path:
+    module = NODE_DIR / "node_modules" / "playwright-core"
+    if (module / "package.json").is_file():
+        return module
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node and npm are needed to drive Chromium (Debian: apt-get install -y nodejs npm)")
+    NODE_DIR.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent", "--prefix", str(NODE_DIR),
+                           f"playwright-core@{PLAYWRIGHT_VERSION}"], capture_output=True, text=True, timeout=600,
+                          check=False)
+    if proc.returncode != 0 or not (module / "package.json").is_file():
+        pytest.skip(f"npm could not install playwright-core: {proc.stderr[-2000:]}")
+    return module
+
+
+def _browser_url(neo4j_server: Any) -> str:
+    url = os.environ.get("NEO4J_BROWSER_URL")
+    if url:
+        return url
+    host = urlparse(neo4j_server.uri).hostname or "127.0.0.1"
+    return f"http://{host}:{os.environ.get('NEO4J_HTTP_PORT') or 7474}/browser/"
+
+
+def _colour_pixels(png: Path, hex_colour: str, tolerance: float = 0.04) -> int:
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    image = mpimg.imread(str(png))[..., :3]
+    target = np.array([int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5)])
+    return int((np.abs(image - target).max(axis=-1) < tolerance).sum())
+
+
+@pytest.mark.real("chromium")
+@pytest.mark.slow
+def test_lineage_is_visible_in_neo4j_browser(neo4j_store: Any, neo4j_server: Any, tmp_path: Path) -> None:
+    chromium = _chromium()
+    playwright = _playwright_core()
+    browser_url = _browser_url(neo4j_server)
+    try:
+        with urllib.request.urlopen(browser_url, timeout=10) as response:
+            assert response.status == 200
+    except OSError as exc:
+        pytest.skip(f"Neo4j Browser is not served at {browser_url}: {exc}")
+
+    from klineage.kb.service import KnowledgeBase
+    from klineage.schema.lineage_document import load_lineage_document
+
+    kb = KnowledgeBase(neo4j_store)
+    docs = [load_lineage_document(p) for p in sorted(FIXTURES.glob("*.json"))]
+    for doc in docs:
+        kb.ingest(doc)
+    counts = neo4j_store.counts()
+
+    screenshot = tmp_path / "neo4j-browser-lineage.png"
+    env = {**os.environ, "PLAYWRIGHT_CORE": str(playwright), "CHROMIUM": chromium, "BROWSER_URL": browser_url,
+           "BOLT_URL": neo4j_server.uri, "NEO4J_USER": neo4j_server.user, "NEO4J_PASSWORD": neo4j_server.password,
+           "GRASS_FILE": str(BROWSER_DIR / "klineage.grass"),
+           "QUERY_FILE": str(BROWSER_DIR / "lineage-queries.cypher"), "SCREENSHOT": str(screenshot)}
+    proc = subprocess.run(["node", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300, check=False)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"no result from the Browser script: {proc.stdout[-2000:]} {proc.stderr[-2000:]}"
+    result = json.loads(lines[-1])
+    assert result["ok"], f"{result.get('error')} (the page is in {screenshot})"
+    # every lineage, its workload, starting kernel and every step are on the canvas
+    assert result["nodes"] >= counts["Lineage"] + counts["Workload"] + counts["Step"] + counts["Lineage"]
+    assert result["relationships"] >= counts[":HAS_STEP"] + counts[":FROM"]
+    assert result["styled"], f"the KLineage style was not applied: fills {result['fills']}"
+    assert screenshot.stat().st_size > 20_000
+    # the graph is visible in the picture itself: Step (red) and Skill (orange) circles of the style
+    assert _colour_pixels(screenshot, "#F16667") > 500
+    assert _colour_pixels(screenshot, "#F79767") > 500
+    if os.environ.get("KLINEAGE_UPDATE_DOCS") == "1":
+        (ROOT / "docs").mkdir(exist_ok=True)
+        shutil.copyfile(screenshot, ROOT / "docs" / "neo4j-browser-lineage.png")
