@@ -14,15 +14,11 @@ app = typer.Typer(
 
 
 def _register_all() -> None:
-    # Each module adds its commands to ``app``; imports stay inside so `--help` stays fast.
-    from klineage.cli import kb_commands
+    # Each command group lives in its own module and adds its commands to ``app``.
+    from klineage.cli import kb_commands, neo4j_commands, validate_commands
 
-    kb_commands.register(app)
-    try:
-        from klineage.cli import validate_commands
-    except ImportError:  # pragma: no cover - the validator lands separately
-        return
-    validate_commands.register(app)
+    for module in (kb_commands, validate_commands, neo4j_commands):
+        module.register(app)
 
 
 _register_all()
