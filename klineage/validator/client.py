@@ -113,8 +113,12 @@ class LocalValidator:
         return self.cache.get(key) if self.cache is not None else None
 
     def validate(self, candidate_source: str, workload_dir: Path | str, gates: Sequence[str] = GATES,
-                 shapes: Sequence[Mapping[str, int | bool]] | None = None) -> GateResult:
-        """Validate ``candidate_source`` (see ValidatorClient); served from the cache when possible."""
+                 shapes: Sequence[Mapping[str, int | bool]] | None = None,
+                 timeout_s: float | None = None) -> GateResult:
+        """Validate ``candidate_source`` (see ValidatorClient); served from the cache when possible.
+
+        ``timeout_s`` overrides the validator's per-job wall-clock limit for this call.
+        """
         source, workload, wanted, shape_list, key = self.prepare(candidate_source, workload_dir, gates, shapes)
         hit = self.cached(key)
         self.last_cached = hit is not None
@@ -122,7 +126,7 @@ class LocalValidator:
             return hit
         info = self.device_info()
         ceilings = self.ceilings() if info.cuda and "performance" in wanted else None
-        output = validate_job(source, workload, wanted, shape_list, info, timeout_s=self.timeout_s,
+        output = validate_job(source, workload, wanted, shape_list, info, timeout_s=timeout_s or self.timeout_s,
                               seeds=self.seeds, ceilings=ceilings, visible_devices=self.visible_devices)
         self.last_output = output
         if self.cache is not None and output.cacheable:

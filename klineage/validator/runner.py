@@ -277,6 +277,8 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
                 detail = f": {last[-1][:300]}" if last and not run.timed_out else ""
                 gate = current or next((g for g in remaining if g not in outcomes), remaining[0])
                 where = f" during {gate}" if current else " before the gate started"
+                if current == "compile":
+                    where += " (which runs the candidate's host code to find its launches)"
                 outcomes[gate] = GateOutcome(gate, "fail", f"{why}{where}{detail}",
                                              {"wall_s": round(run.wall_s, 2), "timed_out": run.timed_out,
                                               "signal": run.signal_name, "returncode": run.returncode})

@@ -17,10 +17,13 @@ A crash, a hang or an illegal memory access therefore ends that job only.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +34,21 @@ _KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH", "CUDA_
          "TRITON_PTXAS_PATH", "SYSTEMROOT")
 _KEEP_PREFIXES = ("CUDA_", "NVIDIA_", "NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
 PACKAGE_ROOT = Path(klineage.__file__).resolve().parent.parent
+_LIVE: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_live_workers() -> int:
+    """Kill the process group of every worker still running (service shutdown, interpreter exit)."""
+    with _LIVE_LOCK:
+        procs = list(_LIVE)
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    return len(procs)
+
+
+atexit.register(kill_live_workers)
 
 
 @dataclass
@@ -96,16 +114,18 @@ def run_worker(args: list[str], workdir: Path, env: dict[str, str], timeout_s: f
         proc = subprocess.Popen([python or sys.executable, "-m", "klineage.validator.worker", *args],
                                 cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                 start_new_session=True, close_fds=True)
+        with _LIVE_LOCK:
+            _LIVE.add(proc)
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)  # the worker and anything it left behind
-            except (ProcessLookupError, PermissionError):
-                pass
             proc.wait()
+            with _LIVE_LOCK:
+                _LIVE.discard(proc)
     return WorkerRun(returncode=None if timed_out else proc.returncode, timed_out=timed_out,
                      wall_s=time.monotonic() - start, stdout_tail=_tail(out_path), stderr_tail=_tail(err_path))

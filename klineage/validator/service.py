@@ -3,7 +3,8 @@
 Endpoints
 
 * ``POST /v1/jobs`` — body ``{"candidate": str, "workload": name, "gates": [..]?, "shapes": [..]?,
-  "manifest_sha": str?}`` → 202 ``{"id", "status", "cached"}``. A cached result gives a job that is
+  "manifest_sha": str?, "timeout_s": number?}`` (``timeout_s``: a shorter or longer wall-clock limit for
+  this job, at most ``max_job_timeout_s``) → 202 ``{"id", "status", "cached"}``. A cached result gives a job that is
   already ``done``; an identical job still queued or running is returned instead of a new one.
 * ``GET /v1/jobs/{id}`` → ``{"id", "status": queued|running|done|error, "cached", "result"?, ...}``.
 * ``POST /v1/validate`` — the same body plus ``"wait_s"`` → 200 with the gate result document, or 202
@@ -43,6 +44,7 @@ from klineage.schema.gate_result import GATES
 from klineage.validator.cache import ResultCache
 from klineage.validator.client import LocalValidator
 from klineage.validator.runner import ValidationRequestError
+from klineage.validator.sandbox import kill_live_workers
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
@@ -65,6 +67,7 @@ class ServiceConfig:
     max_body_bytes: int = 1 << 20
     max_sync_wait_s: float = 900.0
     job_timeout_s: float | None = None
+    max_job_timeout_s: float = 1800.0
     workers: int | None = None
     device: str = "auto"
     max_jobs_kept: int = 10_000
@@ -142,9 +145,10 @@ class JobManager:
             self.threads.append(thread)
 
     def stop(self) -> None:
-        """Ask the worker threads to finish (queued jobs are dropped)."""
+        """Stop the worker threads: queued jobs are dropped, running worker processes are killed."""
         for _ in self.threads:
             self.queue.put(None)
+        kill_live_workers()
 
     def _work(self, validator: LocalValidator, first: bool) -> None:
         if first and self.config.measure_ceilings_at_start and validator.device_info().cuda:
@@ -158,8 +162,8 @@ class JobManager:
                 return
             job.status, job.started = "running", time.time()
             try:
-                source, workload_dir, gates, shapes = job.payload
-                result = validator.validate(source, workload_dir, gates, shapes)
+                source, workload_dir, gates, shapes, timeout = job.payload
+                result = validator.validate(source, workload_dir, gates, shapes, timeout_s=timeout)
                 job.result = result.to_dict()
                 job.cached = validator.last_cached
                 job.status = "done"
@@ -193,7 +197,7 @@ class JobManager:
 
     def submit(self, body: dict[str, Any]) -> Job:
         """Check a request body and queue its job (or return the cached / in-flight one)."""
-        unknown = set(body) - {"candidate", "workload", "gates", "shapes", "manifest_sha", "wait_s"}
+        unknown = set(body) - {"candidate", "workload", "gates", "shapes", "manifest_sha", "wait_s", "timeout_s"}
         if unknown:
             raise RequestRefused(422, f"unknown field {sorted(unknown)[0]!r}")
         candidate = body.get("candidate")
@@ -205,6 +209,10 @@ class JobManager:
                 candidate, folder, body.get("gates"), body.get("shapes"))
         except ValidationRequestError as exc:
             raise RequestRefused(exc.status, str(exc)) from exc
+        timeout = body.get("timeout_s")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+                                    or not 0 < timeout <= self.config.max_job_timeout_s):
+            raise RequestRefused(422, f"timeout_s must be a number of seconds in (0, {self.config.max_job_timeout_s:g}]")
         expected = body.get("manifest_sha")
         if expected is not None and expected != workload.manifest_sha:
             raise RequestRefused(409, f"workload {workload.name!r} on the server differs from the client's copy "
@@ -219,7 +227,7 @@ class JobManager:
                 job.finished = job.started = time.time()
                 job.done.set()
             else:
-                job.payload = (source, folder, gates, shapes)
+                job.payload = (source, folder, gates, shapes, timeout)
                 self.inflight[key] = job
             self.jobs[job.id] = job
             self._trim()

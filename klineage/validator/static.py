@@ -265,6 +265,12 @@ class _Checker:
                     return  # the whole chain is checked; don't re-check its inner parts
             if in_kernel and node.attr in ("dot", "dot_scaled"):
                 self.uses_dot = True
+        if isinstance(node, ast.Call):
+            parts = _dotted(node.func)
+            canon = self._canonical(parts) if parts is not None else None
+            if canon is not None and ".".join(canon) in ("torch.Tensor", "torch.dtype"):
+                raise StaticViolation(node, f"calling '{'.'.join(canon)}(...)' is not allowed: allocate with "
+                                      "torch.empty/zeros/full")
         if isinstance(node, ast.Call) and not in_kernel and isinstance(node.func, ast.Attribute):
             parts = _dotted(node.func)
             is_module_chain = parts is not None and self._canonical(parts) is not None

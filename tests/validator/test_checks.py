@@ -1,0 +1,98 @@
+"""Correctness helpers and the host-code audit, in process (no sandbox, no Triton launch)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from klineage.validator.checks import (
+    DISTRIBUTIONS,
+    OUTLIER_FACTOR,
+    SCALE,
+    CaseFailure,
+    clone_inputs,
+    compare,
+    transform_inputs,
+)
+from klineage.validator.harness import CandidateAudit, LaunchWatch, poison_value
+
+
+def test_compare_accepts_within_tolerance_and_reports_error() -> None:
+    ref = torch.arange(1.0, 9.0, dtype=torch.float64)
+    out = ref * (1 + 1e-7)
+    assert compare(out, ref, 1e-5) == pytest.approx(1e-7, rel=1e-2)
+
+
+@pytest.mark.parametrize(("out", "message"), [
+    (torch.ones(3), "shape (3,) != expected (4,)"),
+    (torch.ones(4, dtype=torch.float64), "dtype torch.float64 != expected torch.float32"),
+    (torch.tensor([1.0, float("nan"), 1.0, 1.0]), "1 of 4 elements are NaN/Inf where the reference is finite"),
+    (torch.tensor([1.0, 1.0, 1.0, float("inf")]), "first at index 3"),
+    (torch.tensor([1.0, 1.0, 1.0, 2.0]), "relative error 0.5 > tolerance"),
+    ((torch.ones(4),), "output structure differs"),
+])
+def test_compare_failures_say_what_is_wrong(out: object, message: str) -> None:
+    with pytest.raises(CaseFailure, match=message.replace("(", r"\(").replace(")", r"\)")):
+        compare(out, torch.ones(4), 1e-5)
+
+
+def test_compare_requires_matching_non_finite_values() -> None:
+    ref = torch.tensor([1.0, float("inf"), float("nan")])
+    assert compare(ref.clone(), ref, 1e-6) == 0.0
+    with pytest.raises(CaseFailure, match="not finite"):
+        compare(torch.tensor([1.0, 5.0, float("nan")]), ref, 1e-6)
+
+
+def test_compare_integer_outputs_must_be_equal() -> None:
+    ref = torch.tensor([1, 2, 3])
+    compare(ref.clone(), ref, 0.1)
+    with pytest.raises(CaseFailure, match="1 of 3 elements differ"):
+        compare(torch.tensor([1, 2, 4]), ref, 0.1)
+
+
+def test_distributions_are_documented_transforms_of_floating_inputs() -> None:
+    x = torch.randn(50, 40)
+    idx = torch.arange(7)
+    base = transform_inputs((x, idx, 3), "base", 1)
+    assert base[0] is x
+    scaled = transform_inputs((x, idx, 3), "scaled", 1)
+    assert torch.equal(scaled[0], x * SCALE) and scaled[1] is idx and scaled[2] == 3
+    out = transform_inputs((x, idx), "outliers", 1)[0]
+    changed = (out != x).sum().item()
+    assert changed == math.floor(x.numel() * 0.005)
+    assert out.abs().max().item() == pytest.approx(OUTLIER_FACTOR * x.abs().max().item())
+    assert torch.equal(transform_inputs((x,), "outliers", 1)[0], out)  # deterministic in the seed
+    assert DISTRIBUTIONS == ("base", "scaled", "outliers")
+
+
+def test_clone_inputs_copies_tensors() -> None:
+    x = torch.randn(3)
+    (y, n) = clone_inputs((x, 5))
+    y += 1
+    assert not torch.equal(x, y) and n == 5
+
+
+def test_audit_poisons_fresh_allocations_and_records_compute() -> None:
+    watch = LaunchWatch()
+    audit = CandidateAudit(watch)
+    x = torch.randn(8)
+    with audit:
+        a = torch.empty(4)
+        b = torch.empty_like(x, dtype=torch.int32)
+        c = x.new_empty((2,))
+        z = torch.zeros(3)
+        v = x.view(2, 4).t().contiguous()
+        s = x * 2 + 1
+    assert torch.isnan(a).all() and torch.isnan(c).all()
+    assert (b == torch.iinfo(torch.int32).max).all()
+    assert (z == 0).all() and v.shape == (4, 2) and s.shape == (8,)
+    assert audit.poisoned == 3
+    assert set(audit.violations) == {"aten.mul", "aten.add"}
+
+
+def test_poison_values() -> None:
+    assert math.isnan(poison_value(torch.bfloat16))
+    assert poison_value(torch.int64) == torch.iinfo(torch.int64).max
+    assert poison_value(torch.bool) is True

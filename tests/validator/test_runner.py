@@ -1,0 +1,101 @@
+"""LocalValidator end to end on CPU: the document, the interpreter's bf16-dot rule, the cache, bad requests."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import pytest
+
+from klineage.schema.gate_result import GATES, GateResult
+from klineage.validator import LocalValidator, ValidationRequestError, ValidatorClient
+
+WORKLOADS = Path(__file__).resolve().parent / "workloads"
+ROWSUM = WORKLOADS / "rowsum"
+
+
+@pytest.fixture(scope="module")
+def validator(tmp_path_factory: pytest.TempPathFactory) -> LocalValidator:
+    return LocalValidator(cache=tmp_path_factory.mktemp("cache") / "results.sqlite", device="cpu")
+
+
+def test_local_validator_is_a_client(validator: LocalValidator) -> None:
+    assert isinstance(validator, ValidatorClient)
+
+
+def test_requested_gates_run_and_the_rest_say_not_requested(validator: LocalValidator) -> None:
+    source = (ROWSUM / "kernel.py").read_text()
+    result = validator.validate(source, ROWSUM, gates=["correctness"])
+    assert isinstance(result, GateResult)
+    doc = result.to_dict()
+    assert [g["gate"] for g in doc["gates"]] == list(GATES)
+    status = {g["gate"]: (g["status"], g["reason"]) for g in doc["gates"]}
+    assert status["static"][0] == "pass"  # static always runs: it guards the sandbox
+    assert status["compile"] == ("skipped", "not requested")
+    assert status["correctness"][0] == "pass"
+    assert "20 cases within tolerance" in status["correctness"][1]
+    assert status["integrity"] == ("skipped", "not requested")
+    assert doc["verdict"] == "pass"
+    assert doc["kernel_sha"] == hashlib.sha256(source.encode()).hexdigest()
+    assert doc["workload"] == "rowsum" and doc["date"].startswith("20")
+    assert set(doc["versions"]) >= {"torch", "triton", "python", "numpy", "validator"}
+    assert "interpreter" in doc["gpu"]
+    metrics = result.gate("correctness").metrics  # type: ignore[union-attr]
+    assert metrics["seeds_per_case"] == 5 and metrics["distributions"] == ["base", "scaled", "outliers"]
+    assert not validator.last_cached
+
+    start = time.monotonic()
+    again = validator.validate(source, ROWSUM, gates=["correctness"])
+    assert validator.last_cached and time.monotonic() - start < 2.0
+    assert again.to_dict()["gates"] == doc["gates"]
+
+
+def test_bf16_dot_under_the_interpreter_is_skipped_not_judged(validator: LocalValidator) -> None:
+    source = (WORKLOADS / "matmul_small" / "kernel.py").read_text()
+    mixed = validator.validate(source, WORKLOADS / "matmul_small", gates=["compile", "correctness"])
+    correctness = mixed.gate("correctness")
+    assert correctness is not None and correctness.status == "pass"
+    assert "not judged: bf16" in correctness.reason and "wrong under the Triton interpreter" in correctness.reason
+    assert correctness.metrics["cases"] == 5 and len(correctness.metrics["skipped_cases"]) == 1
+    compile_gate = mixed.gate("compile")
+    assert compile_gate is not None and compile_gate.status == "pass", compile_gate
+    assert "sm_80 (A100, compile-only)" in compile_gate.reason
+    assert compile_gate.metrics["max_regs"] and compile_gate.metrics["max_shared"] > 0
+
+    only_bf16 = validator.validate(source, WORKLOADS / "matmul_bf16", gates=["correctness"])
+    skipped = only_bf16.gate("correctness")
+    assert skipped is not None and skipped.status == "skipped"
+    assert "bf16 tl.dot is wrong under TRITON_INTERPRET" in skipped.reason
+    assert only_bf16.verdict == "pass"  # skipped is not a failure, and says why
+
+
+def test_bad_requests_are_refused_before_any_job(validator: LocalValidator, tmp_path: Path) -> None:
+    source = (ROWSUM / "kernel.py").read_text()
+    with pytest.raises(ValidationRequestError, match="unknown gate 'speed'"):
+        validator.validate(source, ROWSUM, gates=["static", "speed"])
+    with pytest.raises(ValidationRequestError, match="does not exist"):
+        validator.validate(source, tmp_path / "nowhere")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "manifest.toml").write_text('[workload]\nname = "x"\nspeed = 3\n')
+    with pytest.raises(ValidationRequestError, match=r"malformed workload manifest: .*workload.speed"):
+        validator.validate(source, bad)
+    latin = tmp_path / "latin.py"
+    latin.write_bytes("# caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ValidationRequestError, match="not valid UTF-8"):
+        validator.validate_file(latin, ROWSUM)
+    with pytest.raises(ValidationRequestError, match="does not exist"):
+        validator.validate_file(tmp_path / "missing.py", ROWSUM)
+    with pytest.raises(ValidationRequestError, match="empty"):
+        validator.validate("  \n", ROWSUM)
+    with pytest.raises(ValidationRequestError, match="shapes"):
+        validator.validate(source, ROWSUM, shapes=[{"rows": -1}])
+
+
+def test_static_failure_never_starts_a_worker(validator: LocalValidator) -> None:
+    start = time.monotonic()
+    result = validator.validate("import os\n", ROWSUM)
+    assert time.monotonic() - start < 2.0
+    assert result.verdict == "fail" and result.failed_gate.gate == "static"  # type: ignore[union-attr]
+    assert all(g.reason == "earlier gate failed (static)" for g in result.gates[1:])
