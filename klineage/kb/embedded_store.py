@@ -76,7 +76,11 @@ def tokenize(text: str) -> list[str]:
 
 
 def _normalize(value: Any, where: str) -> Any:
-    """A fresh JSON-compatible copy of ``value`` (tuples become lists); StoreError if it is not one."""
+    """A fresh JSON-compatible copy of ``value``; StoreError if it is not one.
+
+    Internally a list whose items are all scalars is held as a tuple (immutable, so reads hand out
+    ``list(t)``, a fast C-level copy); other lists stay lists. Readers always get lists back.
+    """
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, int):
@@ -95,22 +99,35 @@ def _normalize(value: Any, where: str) -> Any:
             out[key] = _normalize(item, f"{where}.{key}")
         return out
     if isinstance(value, (list, tuple)):
-        return [_normalize(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        if len(value) >= PACK_MIN_FLOATS and all(type(v) is float for v in value):
+            finite = np.isfinite(np.asarray(value, dtype=np.float64))
+            if not finite.all():
+                bad = int(np.argmin(finite))
+                raise StoreError(f"{where}[{bad}]: non-finite float {value[bad]!r} (only finite numbers can be "
+                                 "stored)")
+            return tuple(value)
+        items = [_normalize(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        if all(type(v) not in (dict, list, tuple) for v in items):
+            return tuple(items)
+        return items
     raise StoreError(f"{where}: {type(value).__name__} is not a storable value "
                      "(str, int, float, bool, None, lists and string-keyed maps of those)")
 
 
 def _copy(value: Any) -> Any:
-    """A deep copy of a normalized value (dicts and lists only hold scalars, dicts and lists)."""
-    if type(value) is dict:
+    """A mutable deep copy of a normalized value, with lists for tuples (see ``_normalize``)."""
+    kind = type(value)
+    if kind is tuple:
+        return list(value)
+    if kind is dict:
         return {k: _copy(v) for k, v in value.items()}
-    if type(value) is list:
-        return [_copy(v) if type(v) in (dict, list) else v for v in value]
+    if kind is list:
+        return [_copy(v) for v in value]
     return value
 
 
 def _encode(value: Any) -> Any:
-    if type(value) is list:
+    if type(value) in (list, tuple):
         if len(value) >= PACK_MIN_FLOATS and all(type(v) is float for v in value):
             array = np.asarray(value, dtype="<f8")
             single = array.astype("<f4")
@@ -127,15 +144,19 @@ def _encode(value: Any) -> Any:
 
 
 def _decode(value: Any) -> Any:
+    """The in-memory (normalized) form of an encoded value."""
     if type(value) is list:
-        return [_decode(v) for v in value]
+        items = [_decode(v) for v in value]
+        if all(type(v) not in (dict, list, tuple) for v in items):
+            return tuple(items)
+        return items
     if type(value) is dict:
         if len(value) == 1:
             tag, inner = next(iter(value.items()))
             if tag == "$f32":
-                return np.frombuffer(base64.b64decode(inner), dtype="<f4").astype(np.float64).tolist()
+                return tuple(np.frombuffer(base64.b64decode(inner), dtype="<f4").astype(np.float64).tolist())
             if tag == "$f64":
-                return np.frombuffer(base64.b64decode(inner), dtype="<f8").tolist()
+                return tuple(np.frombuffer(base64.b64decode(inner), dtype="<f8").tolist())
             if tag == "$esc":
                 return {k: _decode(v) for k, v in inner.items()}
         return {k: _decode(v) for k, v in value.items()}
@@ -150,7 +171,7 @@ def _same(a: Any, b: Any) -> bool:
     """Equality that keeps booleans apart from numbers (True is not 1), as Neo4j does."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
-    return a == b
+    return _copy(a) == _copy(b)
 
 
 # --------------------------------------------------------------------------------------------
@@ -554,7 +575,7 @@ class EmbeddedStore:
             rows: list[Any] = []
             for node_id in self._ids(label):
                 value = self._graph.nodes[node_id]["props"].get(prop)
-                if isinstance(value, list) and len(value) == dim:
+                if isinstance(value, (list, tuple)) and len(value) == dim:
                     ids.append(node_id)
                     rows.append(value)
             matrix = np.asarray(rows, dtype=np.float32).reshape(len(rows), dim)

