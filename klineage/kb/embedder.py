@@ -64,7 +64,8 @@ class Embedder:
         self.batch_size = batch_size
         self.cache_size = cache_size
         self._cache: OrderedDict[str, tuple[float, ...]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the cache
+        self._encode_lock = threading.Lock()  # one forward pass at a time (2 cores: no gain from more)
 
     def __repr__(self) -> str:
         return f"Embedder({MODEL_PACKAGE!r}, device={self.device!r})"
@@ -74,28 +75,55 @@ class Embedder:
             return _load_model(self.device)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed ``texts`` in batches: an ``(n, 384)`` float32 array, each row of unit length."""
+        """Embed ``texts``: an ``(n, 384)`` float32 array, each row of unit length.
+
+        Texts seen recently (the last ``cache_size``) come from the cache; the others are embedded
+        in batches of ``batch_size``. The same text always gets the same vector within a process.
+        """
         items = [str(t) for t in texts]
-        if not items:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        model = self._model()
+        out = np.zeros((len(items), self.dim), dtype=np.float32)
+        missing: dict[str, list[int]] = {}
         with self._lock:
-            vectors = model.encode(items, batch_size=self.batch_size, normalize_embeddings=True,
+            for i, text in enumerate(items):
+                found = self._cache.get(text)
+                if found is None:
+                    missing.setdefault(text, []).append(i)
+                else:
+                    self._cache.move_to_end(text)
+                    out[i] = found
+        if missing:
+            todo = list(missing)
+            vectors = self._encode(todo)
+            with self._lock:
+                for text, vector in zip(todo, vectors, strict=True):
+                    out[missing[text]] = vector
+                    self._remember(text, tuple(float(x) for x in vector))
+        return out
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        model = self._model()
+        with self._encode_lock:
+            vectors = model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
                                    convert_to_numpy=True, show_progress_bar=False)
-        return np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(items), self.dim)
+        return np.ascontiguousarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
+
+    def _remember(self, text: str, vector: tuple[float, ...]) -> None:
+        self._cache[text] = vector
+        self._cache.move_to_end(text)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
 
     def embed_query(self, text: str) -> tuple[float, ...]:
-        """The embedding of one query as a tuple of floats; the last ``cache_size`` queries are cached."""
+        """The embedding of one query as a tuple of floats; the last ``cache_size`` texts are cached."""
         key = str(text)
         with self._lock:
             found = self._cache.get(key)
             if found is not None:
                 self._cache.move_to_end(key)
                 return found
-        vector = tuple(float(x) for x in self.embed([key])[0])
+        self.embed([key])
         with self._lock:
-            self._cache[key] = vector
-            self._cache.move_to_end(key)
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-        return vector
+            found = self._cache.get(key)
+        if found is None:  # evicted at once (cache_size 0): compute without caching
+            return tuple(float(x) for x in self._encode([key])[0])
+        return found
