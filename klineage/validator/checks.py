@@ -6,7 +6,8 @@ Correctness, for every (shape, dtype) of the grid and ``seeds`` seeds (default 5
   one of three documented distributions, cycling with the seed index (``DISTRIBUTIONS``):
   ``base`` (as made), ``scaled`` (every floating input × 10: magnitude bugs such as a missing
   max-subtraction overflow), ``outliers`` (0.5 % of the elements of every floating input, at least one,
-  set to ±8 × the tensor's largest magnitude). Integer inputs (indices, targets) are never changed.
+  drawn with replacement, set to ±8 × the tensor's largest magnitude). Integer inputs (indices, targets)
+  are never changed.
 * the reference runs first, on its own copy of the inputs, and its output stays alive until the
   candidate has run (so the candidate cannot be handed the reference's freed buffer);
 * the candidate runs on another copy under ``CandidateAudit`` (fresh ``empty*`` memory is NaN);
@@ -79,7 +80,7 @@ def transform_inputs(inputs: Sequence[Any], dist: str, seed: int) -> tuple:
         if dist == "outliers":
             flat = t.detach().clone().reshape(-1)
             count = max(1, int(flat.numel() * OUTLIER_FRACTION))
-            idx = torch.randperm(flat.numel(), generator=g)[:count].to(flat.device)
+            idx = torch.randint(0, flat.numel(), (count,), generator=g).to(flat.device)
             sign = (torch.randint(0, 2, (count,), generator=g) * 2 - 1).to(flat.device, torch.float32)
             peak = float(flat.float().abs().max())
             flat[idx] = (sign * OUTLIER_FACTOR * max(peak, 1.0)).to(flat.dtype)

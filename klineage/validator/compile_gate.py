@@ -197,7 +197,7 @@ class CompileProbe:
             probe._in_group = probe.group
             try:
                 for config in self.configs:
-                    self.fn.run(*args, grid=None, warmup=True, **kwargs, **config.all_kwargs())
+                    self.fn.run(*args, grid=None, warmup=True, **{**kwargs, **config.all_kwargs()})
             finally:
                 probe._in_group = None
 

@@ -107,7 +107,7 @@ class LaunchWatch:
                     config = self.configs[0]
                     full = {**kwargs, **config.all_kwargs()}
                     if config.pre_hook is not None:
-                        config.pre_hook({**dict(zip(self.arg_names, args)), **full})
+                        config.pre_hook({**dict(zip(self.arg_names, args, strict=False)), **full})
                     return self.fn.run(*args, **full)
                 return original(self, *args, **kwargs)
             finally:

@@ -4,7 +4,8 @@ The worker (``python -m klineage.validator.worker``) starts in a new session (it
 with:
 
 * an environment built from scratch: ``PATH``, ``HOME``, ``LANG``/``LC_*``, ``CUDA_*``/``NVIDIA_*``/
-  ``NCCL_*``/``NVSHMEM_*``/``TORCH_SYMM_MEM_*`` and ``LD_LIBRARY_PATH`` are kept; ``PYTHONPATH`` points
+  ``NCCL_*``/``NVSHMEM_*``/``TORCH_SYMM_MEM_*``, ``TRITON_*`` (except the ones the sandbox sets or that
+  would override kernels) and ``LD_LIBRARY_PATH`` are kept; ``PYTHONPATH`` points
   at this checkout's ``klineage``; ``TRITON_CACHE_DIR``/``TRITON_HOME``/``TMPDIR`` point into the job's
   own temporary folder (also its working directory); ``TRITON_INTERPRET=1`` without a GPU;
 * limits the worker sets on itself before loading the candidate: CPU time, address space (CPU mode
@@ -32,7 +33,10 @@ import klineage
 
 _KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH",
          "TRITON_PTXAS_PATH", "SYSTEMROOT")
-_KEEP_PREFIXES = ("CUDA_", "NVIDIA_", "NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
+_KEEP_PREFIXES = ("CUDA_", "NVIDIA_", "NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_", "TRITON_")
+# Set by the sandbox itself, never inherited:
+_OVERRIDDEN = ("TRITON_INTERPRET", "TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR",
+               "TRITON_KERNEL_OVERRIDE", "TRITON_ALWAYS_COMPILE", "TRITON_DEBUG")
 PACKAGE_ROOT = Path(klineage.__file__).resolve().parent.parent
 _LIVE: set[subprocess.Popen] = set()
 _LIVE_LOCK = threading.Lock()
@@ -75,7 +79,8 @@ class WorkerRun:
 def clean_env(workdir: Path, interpret: bool, visible_devices: str | None = None,
               extra: dict[str, str] | None = None) -> dict[str, str]:
     """The worker's environment (see the module docstring)."""
-    env = {k: v for k, v in os.environ.items() if k in _KEEP or k.startswith(_KEEP_PREFIXES)}
+    env = {k: v for k, v in os.environ.items()
+           if (k in _KEEP or k.startswith(_KEEP_PREFIXES)) and k not in _OVERRIDDEN}
     env.setdefault("PATH", "/usr/bin:/bin")
     env["PYTHONPATH"] = str(PACKAGE_ROOT)
     env["PYTHONDONTWRITEBYTECODE"] = "1"

@@ -212,7 +212,8 @@ class JobManager:
         timeout = body.get("timeout_s")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
                                     or not 0 < timeout <= self.config.max_job_timeout_s):
-            raise RequestRefused(422, f"timeout_s must be a number of seconds in (0, {self.config.max_job_timeout_s:g}]")
+            limit = self.config.max_job_timeout_s
+            raise RequestRefused(422, f"timeout_s must be a number of seconds in (0, {limit:g}]")
         expected = body.get("manifest_sha")
         if expected is not None and expected != workload.manifest_sha:
             raise RequestRefused(409, f"workload {workload.name!r} on the server differs from the client's copy "

@@ -181,7 +181,7 @@ class _Checker:
         dotted = ".".join(path)
         if any(_is_dunder(p) for p in path):
             raise StaticViolation(node, f"dunder access '{dotted}' is not allowed")
-        if path[0] in ("triton",) and len(path) >= 2 and path[1] == "language" or path[0] == "math":
+        if (path[0] in ("triton",) and len(path) >= 2 and path[1] == "language") or path[0] == "math":
             if any(p.startswith("_") for p in path[1:]):
                 raise StaticViolation(node, f"private attribute '{dotted}' is not allowed")
             return

@@ -17,9 +17,9 @@ import pytest
 from hostile.table import CANDIDATES, ESCAPE_FILES, HONEST, HOSTILE, ROWSUM, Hostile
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from klineage.validator.service import ServiceConfig, create_app  # noqa: E402
+from klineage.validator.service import ServiceConfig, create_app
 
 INFINITE_LOOP_TIMEOUT_S = 20
 SUITE_DEADLINE_S = 420

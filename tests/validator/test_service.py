@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 pytest.importorskip("fastapi")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from klineage.validator import HttpValidator, ValidationRequestError  # noqa: E402
-from klineage.validator.service import ServiceConfig, create_app  # noqa: E402
+from klineage.validator import HttpValidator, ValidationRequestError
+from klineage.validator.service import ServiceConfig, create_app
 
 WORKLOADS = Path(__file__).resolve().parent / "workloads"
 STATIC_FAIL = "import os\n"

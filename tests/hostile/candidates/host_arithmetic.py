@@ -1,4 +1,4 @@
-"""Hostile: sums the columns with tensor '+' in host code; the kernel only writes a scratch value."""
+"""Hostile: sums the columns with tensor '+' in host code (pairwise halving); the kernel only writes a scratch value."""
 import torch
 import triton
 import triton.language as tl
@@ -12,7 +12,11 @@ def _touch(s_ptr):
 def run(x):
     scratch = torch.empty((1,), device=x.device, dtype=torch.float32)
     _touch[(1,)](scratch)
-    acc = x[:, 0].to(torch.float64)
-    for j in range(1, x.shape[1]):
-        acc = acc + x[:, j].to(torch.float64)
-    return acc.to(x.dtype)
+    acc = x.to(torch.float64)
+    while acc.shape[1] > 1:
+        half = acc.shape[1] // 2
+        rest = acc[:, 2 * half:]
+        acc = acc[:, :half] + acc[:, half:2 * half]
+        if rest.shape[1] > 0:
+            acc[:, :1] = acc[:, :1] + rest
+    return acc[:, 0].to(x.dtype)

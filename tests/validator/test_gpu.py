@@ -1,0 +1,64 @@
+"""On the GPU: timing is stable and agrees with triton.testing.do_bench; the device ceilings are measured.
+
+Skipped without CUDA. With ``KLINEAGE_GPU_OUT`` set the figures are written there (gpu_report.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+from validator import gpu_report  # noqa: E402
+
+ROWSUM = Path(__file__).resolve().parent / "workloads" / "rowsum"
+
+
+def _kernel_module():
+    spec = importlib.util.spec_from_file_location("rowsum_kernel_for_timing", ROWSUM / "kernel.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_timing_is_stable_and_matches_do_bench() -> None:
+    import triton.testing
+
+    from klineage.validator.perf import time_cuda
+
+    kernel = _kernel_module()
+    results = {}
+    for rows, cols, dtype in ((16384, 16384, torch.float32), (8192, 8192, torch.float16)):
+        x = torch.randn(rows, cols, device="cuda", dtype=dtype)
+        ref = x.double().sum(-1)
+        out = kernel.run(x)
+        assert float((out.double() - ref).norm() / ref.norm()) < 2e-3
+        first, _ = time_cuda(lambda x=x: kernel.run(x))
+        second, _ = time_cuda(lambda x=x: kernel.run(x))
+        bench = triton.testing.do_bench(lambda x=x: kernel.run(x), return_mode="median")
+        vendor, _ = time_cuda(lambda x=x: x.sum(-1))
+        key = f"{rows}x{cols} {str(dtype).replace('torch.', '')}"
+        results[key] = {"first": first, "second": second, "do_bench_median_ms": bench,
+                        "vendor_sum": vendor,
+                        "repeat_diff_pct": 100 * abs(first["median_ms"] - second["median_ms"]) / first["median_ms"],
+                        "vs_do_bench_pct": 100 * abs(first["median_ms"] - bench) / bench,
+                        "bytes_per_s": x.numel() * x.element_size() / (first["median_ms"] * 1e-3)}
+    gpu_report.write("timing", {"results": results, "criteria": "repeat within 2 %, do_bench within 3 %"})
+    for key, row in results.items():
+        assert row["repeat_diff_pct"] < 2.0, (key, row)
+        assert row["vs_do_bench_pct"] < 3.0, (key, row)
+        assert row["first"]["runs"] >= 20
+
+
+def test_device_ceilings_are_measured() -> None:
+    from klineage.validator.runner import measure_device_ceilings
+
+    ceilings = measure_device_ceilings()
+    gpu_report.write("ceilings", {"ceilings": ceilings})
+    assert 1e12 < ceilings["copy_bytes_per_s"] < 2e13
+    assert 1e14 < ceilings["bf16_gemm_flops_per_s"] < 3e15
