@@ -32,21 +32,26 @@ def gpu_suite() -> dict[str, Any]:
     docs: dict[str, Any] = {}
     walls: dict[str, float] = {}
     start_all = time.monotonic()
+
+    def report() -> None:
+        total = time.monotonic() - start_all
+        gpu_report.write("hostile_gpu", {
+            "jobs": len(docs), "wall_s": total, "jobs_per_minute": 60 * len(docs) / total,
+            "per_job_wall_s": walls,
+            "verdicts": {n: {"verdict": d["verdict"],
+                             "gates": [(g["gate"], g["status"], g["reason"]) for g in d["gates"]]}
+                         for n, d in docs.items()},
+            "performance": {n: d["gates"][4]["metrics"] for n, d in docs.items() if d["verdict"] == "pass"},
+            "compile": {n: d["gates"][1]["metrics"] for n, d in docs.items() if d["gates"][1]["status"] == "pass"},
+        })
+
     for name in order:
         path = ROWSUM / "kernel.py" if name == "kernel" else CANDIDATES / f"{name}.py"
         start = time.monotonic()
         timeout = 30.0 if name == "infinite_loop" else 300.0
         docs[name] = validator.validate(path.read_text(), ROWSUM, timeout_s=timeout).to_dict()
         walls[name] = time.monotonic() - start
-    total = time.monotonic() - start_all
-    gpu_report.write("hostile_gpu", {
-        "jobs": len(order), "wall_s": total, "jobs_per_minute": 60 * len(order) / total,
-        "per_job_wall_s": walls,
-        "verdicts": {n: {"verdict": d["verdict"],
-                         "gates": [(g["gate"], g["status"], g["reason"]) for g in d["gates"]]}
-                     for n, d in docs.items()},
-        "performance": {n: d["gates"][4]["metrics"] for n, d in docs.items() if d["verdict"] == "pass"},
-    })
+        report()
     return docs
 
 
