@@ -61,6 +61,7 @@ class _Variant:
         self.n_spills: int | None = None
         self.shared: int | None = None
         self.error: str | None = None
+        self.unchecked: str | None = None  # why this variant could not be compiled at all (not its fault)
 
     @property
     def fits(self) -> bool:
@@ -70,7 +71,12 @@ class _Variant:
     def to_dict(self) -> dict[str, Any]:
         return {"kernel": self.kernel, "arch": f"sm_{self.arch}", "gpu": SHARED_LIMITS.get(self.arch, ("?",))[0],
                 "mode": self.mode, "autotuned": self.autotuned, "config": self.config, "n_regs": self.n_regs,
-                "n_spills": self.n_spills, "shared": self.shared, "fits": self.fits, "error": self.error}
+                "n_spills": self.n_spills, "shared": self.shared, "fits": self.fits, "error": self.error,
+                "unchecked": self.unchecked}
+
+
+class SignatureError(Exception):
+    """The launch could not be turned into a cross-compile signature: a limit of this gate, not the kernel's."""
 
 
 def _jsonable(value: Any) -> Any:
@@ -88,8 +94,11 @@ def cross_compile(jf: JITFunction, args: tuple, kwargs: dict[str, Any], arch: in
     kwargs = dict(kwargs)
     kwargs["debug"] = False
     kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
-    bound_args, specialization, options = binder(*args, **kwargs)
-    options, signature, constexprs, attrs = jf._pack_args(backend, kwargs, bound_args, specialization, options)
+    try:
+        bound_args, specialization, options = binder(*args, **kwargs)
+        options, signature, constexprs, attrs = jf._pack_args(backend, kwargs, bound_args, specialization, options)
+    except Exception as exc:
+        raise SignatureError(f"no sm_{arch} signature could be derived from the launch: {one_line(exc)}") from exc
     key = (id(jf), arch, repr(signature), repr(constexprs), repr(attrs), repr(sorted(options.__dict__.items())))
     if key in memo:
         return memo[key]
@@ -162,6 +171,8 @@ class CompileProbe:
                     variant.n_spills = info["n_spills"]
             except OutOfResources as exc:
                 variant.error = one_line(exc)
+            except SignatureError as exc:
+                variant.unchecked = str(exc)
             except Exception as exc:
                 variant.error = one_line(exc)
 
@@ -256,7 +267,11 @@ def run_compile_gate(candidate_path: Path, reference: Any, cases: Iterable[tuple
     target = probe.target_arch
     target_name = SHARED_LIMITS.get(target, (f"sm_{target}",))[0]
     mode = "on device" if on_gpu else "cross-compiled on CPU, compile-only"
-    on_target = [v for v in variants if v.arch == target]
+    unchecked = [v for v in variants if v.arch == target and v.unchecked]
+    on_target = [v for v in variants if v.arch == target and not v.unchecked]
+    if not on_target:
+        return {"status": "skipped", "metrics": {"variants": [v.to_dict() for v in variants][:64]},
+                "reason": f"could not compile for sm_{target} ({mode}): {unchecked[0].unchecked}"}
     groups: dict[int, list[_Variant]] = {}
     for v in on_target:
         groups.setdefault(v.group, []).append(v)
@@ -269,7 +284,7 @@ def run_compile_gate(candidate_path: Path, reference: Any, cases: Iterable[tuple
             failures.extend(bad)
         elif bad:
             pruned.extend(bad)
-    a100 = [v for v in variants if v.arch == 80]
+    a100 = [v for v in variants if v.arch == 80 and not v.unchecked]
     a100_unfit = [v for v in a100 if not v.fits]
     fitted = [v for v in on_target if v.fits]
     metrics: dict[str, Any] = {
@@ -296,6 +311,9 @@ def run_compile_gate(candidate_path: Path, reference: Any, cases: Iterable[tuple
     a100_note = (f"sm_80 (A100, compile-only): {len(a100_unfit)} of {len(a100)} variants would not fit"
                  if a100_unfit else f"sm_80 (A100, compile-only): all {len(a100)} variants fit")
     prune_note = f"; {len(pruned)} autotune configs pruned (out of resources)" if pruned else ""
+    if unchecked:
+        prune_note += f"; {len(unchecked)} variants not compiled ({unchecked[0].unchecked})"
+        metrics["unchecked"] = [v.to_dict() for v in unchecked][:16]
     reason = (f"{len(on_target)} variants of {len(metrics['kernels'])} kernels compiled for sm_{target} "
               f"({target_name}, {mode}): max {metrics['max_regs']} regs, {metrics['max_spills']} B spilled, "
               f"max shared {metrics['max_shared']} B{prune_note}; {a100_note}")
