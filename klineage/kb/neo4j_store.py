@@ -23,7 +23,8 @@ How records map onto Neo4j:
   BM25 (k1 = 1.2, b = 0.75) over the same tokens. Scores are scaled by ``k1 + 1`` to match the
   embedded store's BM25 formula (Lucene omits that constant); Lucene quantizes document lengths, so
   scores agree closely and rankings agree apart from near-ties;
-* properties whose names start with ``__`` are the store's own and never appear in a returned node.
+* properties whose names start with ``__`` are the store's own and never appear in a returned node;
+  a caller's property named ``id`` or ``__...`` is stored as ``__u<name>`` and returned under its name.
 
 Writes: ``upsert`` runs in ONE transaction (``session.execute_write``, which retries transient
 errors such as deadlocks and leader switches): it reads the labels of every id the batch touches,
@@ -69,6 +70,7 @@ ROWS_PER_STATEMENT = 2000
 BM25_K1 = 1.2
 
 JSON_KEYS = "__json"
+USER_PREFIX = "__u"
 FT_PREFIX = "__ft_"
 META_LABEL = "_KLineageMeta"
 META_ID = "state"
@@ -151,36 +153,44 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def stored_key(key: str) -> str:
+    """The Neo4j property name of a caller's property: itself, except ``id`` (the node id's place)
+    and names starting with ``__`` (the store's own), which get the prefix ``__u``."""
+    return USER_PREFIX + key if key == "id" or key.startswith("__") else key
+
+
 def encode_props(props: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Properties as Neo4j holds them: native values as they are, the others as canonical JSON with
-    their keys listed under ``__json``. StoreError for reserved or unstorable keys and values."""
+    their (stored) names listed under ``__json``. StoreError for unstorable names and values."""
     out: dict[str, Any] = {}
     json_keys: list[str] = []
     for key, value in props.items():
-        if not isinstance(key, str):
-            raise StoreError(f"{where}: property name {key!r} is not a string")
-        if key == "id" or key.startswith("__"):
-            raise StoreError(f"{where}: property name {key!r} is reserved by the Neo4j store "
-                             "(`id` holds the node id; `__*` are the store's own)")
+        if not isinstance(key, str) or not key:
+            raise StoreError(f"{where}: property name {key!r} is not a non-empty string")
+        name = stored_key(key)
         normalized = _normalize(value, f"{where} property {key!r}")
         if _native(normalized):
-            out[key] = normalized
+            out[name] = normalized
         else:
-            out[key] = _canonical(normalized)
-            json_keys.append(key)
+            out[name] = _canonical(normalized)
+            json_keys.append(name)
     if json_keys:
         out[JSON_KEYS] = sorted(json_keys)
     return out
 
 
 def decode_props(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The properties a caller wrote, from what Neo4j returns (drops ``id`` and ``__*`` keys)."""
+    """The properties a caller wrote, from what Neo4j returns (without ``id`` and the store's own)."""
     json_keys = set(raw.get(JSON_KEYS) or ())
     out: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key == "id" or key.startswith("__"):
+    for name, value in raw.items():
+        if name.startswith(USER_PREFIX):
+            key = name[len(USER_PREFIX):]
+        elif name == "id" or name.startswith("__"):
             continue
-        out[key] = json.loads(value) if key in json_keys and isinstance(value, str) else value
+        else:
+            key = name
+        out[key] = json.loads(value) if name in json_keys and isinstance(value, str) else value
     return out
 
 
@@ -193,10 +203,11 @@ def _where_clause(where: Mapping[str, Any], params: dict[str, Any]) -> tuple[lis
     """Cypher conditions for ``find``'s equality filter; False when nothing can match."""
     clauses: list[str] = []
     for i, (key, value) in enumerate(where.items()):
-        if not isinstance(key, str) or key == "id" or key.startswith("__"):
+        if not isinstance(key, str) or not key:
             return [], False
         normalized = _normalize(value, f"find: where {key!r}")
         name = f"w{i}"
+        key = stored_key(key)
         prop = f"n.{_ident(key)}"
         if _native(normalized):  # Cypher never equals booleans and numbers, as the protocol wants
             params[name] = normalized

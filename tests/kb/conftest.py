@@ -31,12 +31,35 @@ def _embedded(tmp_path: Path, request: pytest.FixtureRequest) -> GraphStore:
     return EmbeddedStore(tmp_path / "embedded-store")
 
 
+def _neo4j(tmp_path: Path, request: pytest.FixtureRequest) -> GraphStore:
+    """The test Neo4j (NEO4J_URI, or the local one of deploy/neo4j/start, started if needed), emptied."""
+    import importlib.util
+    import sys
+
+    name = "klineage_local_neo4j"  # tests/neo4j/local_neo4j.py, one shared module, loaded by path
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "neo4j" / "local_neo4j.py")
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    helper = sys.modules[name]
+    try:
+        conn = helper.neo4j_connection()
+    except helper.Neo4jUnavailable as exc:
+        pytest.skip(f"no Neo4j: {exc}")
+    request.config.add_cleanup(helper.stop_started_servers)
+    return helper.open_store(conn, clear=True)
+
+
 #: kind -> factory(tmp_path, request) returning an EMPTY store. Add "neo4j" here (see module docstring).
 STORE_FACTORIES: dict[str, Callable[[Path, pytest.FixtureRequest], GraphStore]] = {
     "embedded": _embedded,
+    "neo4j": _neo4j,
 }
 #: The kinds the conformance suite runs on.
-STORE_KINDS: list[str] = ["embedded"]
+STORE_KINDS: list[str] = ["embedded", "neo4j"]
+#: Marks per kind: a Neo4j test that is skipped fails under KLINEAGE_REQUIRE_REAL=1.
+STORE_MARKS: dict[str, list[pytest.MarkDecorator]] = {"neo4j": [pytest.mark.real("neo4j")]}
 
 
 def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> GraphStore:
@@ -44,7 +67,7 @@ def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Gra
     return STORE_FACTORIES[kind](tmp_path, request)
 
 
-@pytest.fixture(params=STORE_KINDS)
+@pytest.fixture(params=[pytest.param(kind, marks=STORE_MARKS.get(kind, [])) for kind in STORE_KINDS])
 def store_kind(request: pytest.FixtureRequest) -> str:
     """The kind of store under test."""
     return str(request.param)
