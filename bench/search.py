@@ -28,11 +28,11 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from klineage.kb.embedded_store import EmbeddedStore  # noqa: E402
-from klineage.kb.embedder import Embedder  # noqa: E402
-from klineage.kb.service import KnowledgeBase  # noqa: E402
-from klineage.schema.graph import GraphBatch, Relationship  # noqa: E402
-from klineage.schema.records import Anchor, Condition, Effect, Skill  # noqa: E402
+from klineage.kb.embedded_store import EmbeddedStore
+from klineage.kb.embedder import Embedder
+from klineage.kb.service import KnowledgeBase
+from klineage.schema.graph import GraphBatch, Relationship
+from klineage.schema.records import Anchor, Condition, Effect, Skill
 
 VERBS = ["tile", "pipeline", "fuse", "vectorize", "swizzle", "split", "persist", "unroll", "hint", "cache"]
 OBJECTS = ["gemm", "softmax", "layernorm", "attention", "cross entropy", "reduction", "convolution", "scan",
@@ -55,8 +55,11 @@ def synthetic_batch(n: int, embedder: Embedder, seed: int = 0) -> GraphBatch:
             anchor=Anchor(rng.choice(ANCHORS), f"a {obj} kernel"), carrier="synthetic",
             transform={"operator": f"synthetic-{i}", "params": {}}, effect=Effect.of(speedups),
             support_steps=len(speedups), support_lineages=1, architectures=("sm_90",), sample=True))
-    texts = [s.embedding_text() for s in skills]
-    vectors = embedder.embed(texts)
+    # Names differ only by their number, so embed each distinct text once (10k model calls take minutes here).
+    texts = [s.embedding_text().replace(f" #{i}.", ".") for i, s in enumerate(skills)]
+    unique = sorted(set(texts))
+    by_text = dict(zip(unique, embedder.embed(unique), strict=True))
+    vectors = [by_text[t] for t in texts]
     nodes = []
     for skill, vec in zip(skills, vectors, strict=True):
         node = Skill(**{**skill.__dict__, "embedding": tuple(float(x) for x in vec)}).to_node()
