@@ -114,15 +114,18 @@ def _normalize(value: Any, where: str) -> Any:
                      "(str, int, float, bool, None, lists and string-keyed maps of those)")
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def _copy(value: Any) -> Any:
     """A mutable deep copy of a normalized value, with lists for tuples (see ``_normalize``)."""
     kind = type(value)
     if kind is tuple:
         return list(value)
     if kind is dict:
-        return {k: _copy(v) for k, v in value.items()}
+        return {k: v if type(v) in _SCALARS else _copy(v) for k, v in value.items()}
     if kind is list:
-        return [_copy(v) for v in value]
+        return [v if type(v) in _SCALARS else _copy(v) for v in value]
     return value
 
 
@@ -564,7 +567,9 @@ class EmbeddedStore:
             index = self._vector_index(label, prop, int(query.size))
             if not index.ids:
                 return []
-            scores = index.matrix @ (query / norm)
+            # einsum runs single-threaded C loops: a multi-threaded BLAS gemv on 2 busy cores was 10x
+            # slower here (16 ms vs 1.4 ms at 10,000 x 384), and the product is memory-bound anyway
+            scores = np.einsum("ij,j->i", index.matrix, query / norm)
             return [ScoredNode(self._node(index.ids[i]), float(scores[i])) for i in _top(scores, k)]
 
     def _vector_index(self, label: str, prop: str, dim: int) -> _VectorIndex:

@@ -190,6 +190,7 @@ class SkillCatalog:
         self.max_gain = np.asarray(highs, dtype=np.float64)
         self.confidence = np.asarray([_confidence(s.support_steps) for s in ordered], dtype=np.float64)
         self._verdicts: dict[tuple[Any, ...], tuple[np.ndarray, list[Verdict | None]]] = {}
+        self._kleene: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def _intern(self, expr: str) -> int:
         text = (expr or "").strip()
@@ -265,14 +266,23 @@ class SkillCatalog:
         self._verdicts[key] = (codes, verdicts)
         return codes, verdicts
 
-    def kleene(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per skill: anchor code, AND of VALID_WHEN codes, AND of PROFITABLE_WHEN codes."""
+    def kleene(self, env: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per skill on ``env``: anchor code, AND of VALID_WHEN codes, AND of PROFITABLE_WHEN codes
+        (cached per env, like ``verdicts``)."""
+        key = tuple(sorted(env.items()))
+        found = self._kleene.get(key)
+        if found is not None:
+            return found
+        codes, _ = self.verdicts(env)
         if not self.ids:
             empty = np.zeros(0, dtype=np.int8)
             return empty, empty, empty
         anchor = codes[self.anchor_slot]
         valid = np.minimum.reduceat(codes[self.valid_flat], self.valid_ptr)
         profit = np.minimum.reduceat(codes[self.profit_flat], self.profit_ptr)
+        if len(self._kleene) > 256:
+            self._kleene.clear()
+        self._kleene[key] = (anchor, valid, profit)
         return anchor, valid, profit
 
     def check(self, kind: str, slot: int, verdicts: Sequence[Verdict | None], env: Mapping[str, Any]
@@ -467,8 +477,8 @@ def search_skills(request: SearchRequest, store: GraphStore, catalog_for: Callab
     if not catalog.ids:
         return []
     env = request.env
-    codes, verdicts = catalog.verdicts(env)
-    anchor, valid, profit = catalog.kleene(codes)
+    _, verdicts = catalog.verdicts(env)
+    anchor, valid, profit = catalog.kleene(env)
     n = len(catalog.ids)
     if request.context_only:
         relevance = np.ones(n, dtype=np.float64)
