@@ -166,6 +166,7 @@ def test_a_writer_killed_at_random_moments_leaves_a_complete_earlier_state(tmp_p
         next_batch = len(present)
         if mid_write_kills >= 2 and trial >= 5:
             break
+    print(f"kill test: {trial + 1} kills, {mid_write_kills} during a write, {next_batch} batches")
     assert mid_write_kills >= 1, "no kill landed during a write; the test proved nothing"
     store = EmbeddedStore(tmp_path)
     store.upsert(GraphBatch.of([Node("Risk", "risk:after", {"kind": "x", "description": "y"})]))
