@@ -19,8 +19,9 @@ A case the interpreter cannot judge (bf16 with ``tl.dot``: DESIGN.md, "Versions 
 skipped and counted, never passed or failed. When every case is skipped the gate is ``skipped``.
 
 Integrity, per (shape, dtype): inputs bitwise unchanged after ``run``; two runs on the same inputs
-bitwise identical; at least one Triton kernel launched by each call; and no ATen compute op run by the
-host code in any call so far (the audit, see ``harness.CandidateAudit``).
+bitwise identical; at least one Triton kernel launched by each call; a third call on the same tensors,
+refilled in place with another seed's data, gives that data's answer (no memo by address); and no ATen
+compute op run by the host code in any call so far (the audit, see ``harness.CandidateAudit``).
 """
 
 from __future__ import annotations
@@ -236,8 +237,13 @@ def _snapshot(value: Any) -> Any:
 
 
 def run_integrity(candidate: Any, reference: Any, manifest: Any, shapes: Sequence[dict], device: str,
-                  watch: LaunchWatch, audits: list[CandidateAudit]) -> dict[str, Any]:
-    """The integrity gate over ``shapes`` × dtypes; returns an outcome dict."""
+                  watch: LaunchWatch, audits: list[CandidateAudit], interpret: bool = False,
+                  uses_dot: bool = False) -> dict[str, Any]:
+    """The integrity gate over ``shapes`` × dtypes; returns an outcome dict.
+
+    A third call follows the two identical ones: the same input tensors, refilled in place with another
+    seed's data, must give that data's answer (an output memoized by tensor address does not).
+    """
     cases = 0
     launches: Counter[str] = Counter()
     earlier = _violations(audits)
@@ -277,6 +283,25 @@ def run_integrity(candidate: Any, reference: Any, manifest: Any, shapes: Sequenc
             if not _same_bits(first, second):
                 return {"status": "fail", "metrics": {"case": label},
                         "reason": f"two runs on the same inputs differ on {label} (non-deterministic output)"}
+            refill = reference.make_inputs(dict(shape), dtype, 4343, device=device)
+            same_layout = all(_same_layout(a, b) for a, b in zip(inputs, refill, strict=True))
+            if same_layout and not (interpret and dtype == "bf16" and uses_dot):  # else: not judgeable
+                for now, new in zip(inputs, refill, strict=True):
+                    if isinstance(now, torch.Tensor) and isinstance(new, torch.Tensor):
+                        now.copy_(new)
+                expected = reference.reference(*clone_inputs(refill))
+                try:
+                    with audit:
+                        third = candidate.run(*inputs)
+                    _sync(device)
+                    compare(third, expected, float(manifest.tolerance[dtype]))
+                except CaseFailure as exc:
+                    return {"status": "fail", "metrics": {"case": label},
+                            "reason": f"after the same input tensors were refilled in place on {label}, the output "
+                                      f"did not follow ({exc}): output memoized by tensor address"}
+                except Exception as exc:
+                    return {"status": "fail", "reason": f"run raised on {label}: {one_line(exc)}",
+                            "metrics": {"case": label}}
             cases += 1
     violations = _violations(audits)
     launches.update(watch.kernels)
@@ -285,8 +310,14 @@ def run_integrity(candidate: Any, reference: Any, manifest: Any, shapes: Sequenc
     if violations:
         return _violation_outcome(violations, metrics)
     return {"status": "pass", "metrics": metrics,
-            "reason": f"{cases} cases: inputs unchanged, two runs bitwise identical, "
-                      f"{sum(launches.values())} Triton launches, no torch compute in host code"}
+            "reason": f"{cases} cases: inputs unchanged, two runs bitwise identical, output follows in-place "
+                      f"input changes, {sum(launches.values())} Triton launches, no torch compute in host code"}
+
+
+def _same_layout(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype
+    return not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor) and a == b
 
 
 def _violations(audits: Sequence[CandidateAudit]) -> Counter[str]:

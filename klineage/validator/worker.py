@@ -131,7 +131,8 @@ def run_job(job: dict[str, Any]) -> int:
                         outcome = run_correctness(module, reference, manifest, shapes, device, interpret,
                                                   facts.uses_dot, watch, audits, seeds=seeds)
                     elif gate == "integrity":
-                        outcome = run_integrity(module, reference, manifest, shapes, device, watch, audits)
+                        outcome = run_integrity(module, reference, manifest, shapes, device, watch, audits,
+                                                interpret=interpret, uses_dot=facts.uses_dot)
                     elif gate == "performance":
                         from klineage.validator.perf import measure_ceilings, run_performance
 
