@@ -40,6 +40,7 @@ raises StoreError inside the transaction, so it rolls back: all of a batch or no
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -71,6 +72,7 @@ BM25_K1 = 1.2
 
 JSON_KEYS = "__json"
 USER_PREFIX = "__u"
+SIGNATURE = "__sig"
 FT_PREFIX = "__ft_"
 META_LABEL = "_KLineageMeta"
 META_ID = "state"
@@ -82,6 +84,13 @@ _LUCENE_SPECIAL = re.compile(r'([+\-!(){}\[\]^"~*?:\\/]|&&|\|\|)')
 _LUCENE_OPERATORS = frozenset({"AND", "OR", "NOT", "TO"})
 
 T = TypeVar("T")
+
+# relationship type -> (labels its source may have, labels its target may have), from graph_spec
+_ENDPOINT_LABELS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    name: (tuple(sorted({r.source for r in RELATIONSHIPS if r.name == name})),
+           tuple(sorted({r.target for r in RELATIONSHIPS if r.name == name})))
+    for name in RELATIONSHIP_NAMES
+}
 
 
 def tokenize(text: str) -> list[str]:
@@ -192,6 +201,21 @@ def decode_props(raw: Mapping[str, Any]) -> dict[str, Any]:
             key = name
         out[key] = json.loads(value) if name in json_keys and isinstance(value, str) else value
     return out
+
+
+def _tagged(value: Any) -> Any:
+    """``value`` with every scalar tagged by its type (1, 1.0, True and -0.0 all differ)."""
+    if isinstance(value, dict):
+        return {k: _tagged(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_tagged(v) for v in value]
+    return [type(value).__name__, repr(value) if isinstance(value, float) else value]
+
+
+def _signature(props: Mapping[str, Any]) -> str:
+    """A type-exact fingerprint of stored properties: equal signatures mean nothing to write."""
+    text = json.dumps(_tagged(dict(props)), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
 def _fulltext_value(spec: FulltextIndex, props: Mapping[str, Any]) -> str:
@@ -439,10 +463,24 @@ class Neo4jStore:
                                                       f"({rel.target!r})") for rel in rels}
         if not node_rows and not rels:
             return
-        ids = sorted(set(batch_labels) | {r.source for r in rels} | {r.target for r in rels})
-
         def work(tx: Any) -> None:
-            stored = _labels_of(tx, ids)
+            # Which stored labels to look an id up under: a batch node under every other label (an id
+            # never changes label); an endpoint outside the batch under the labels its relationship
+            # type allows there, then, only if not found, under every label (for a precise error).
+            lookups: dict[str, set[str]] = {label: set() for label in LABELS}
+            for node_id, label in batch_labels.items():
+                for other in LABELS:
+                    if other != label:
+                        lookups[other].add(node_id)
+            for rel in rels:
+                for node_id, index in ((rel.source, 0), (rel.target, 1)):
+                    if node_id not in batch_labels:
+                        for label in _ENDPOINT_LABELS[rel.type][index]:
+                            lookups[label].add(node_id)
+            stored = _labels_of(tx, lookups)
+            unresolved = {i for r in rels for i in (r.source, r.target)} - set(batch_labels) - set(stored)
+            if unresolved:
+                stored.update(_labels_of(tx, {label: unresolved for label in LABELS}))
             for node_id, label in batch_labels.items():
                 other = stored.get(node_id, set()) - {label}
                 if other:
@@ -464,7 +502,11 @@ class Neo4jStore:
                 groups.setdefault((rel.type, ends[0], ends[1]), []).append(
                     {"s": rel.source, "t": rel.target, "props": rel_props[rel.key]})
             for label, rows in sorted(node_rows.items()):
-                query = (f"UNWIND $rows AS row MERGE (n:{_ident(label)} {{id: row.id}}) SET n = row.props")
+                # Unchanged nodes (same type-exact signature) are left alone: no index churn, so
+                # re-ingesting is cheap and full-text statistics count no replaced documents.
+                query = (f"UNWIND $rows AS row MERGE (n:{_ident(label)} {{id: row.id}}) "
+                         f"WITH n, row WHERE n.{SIGNATURE} IS NULL OR n.{SIGNATURE} <> row.props.{SIGNATURE} "
+                         "SET n = row.props")
                 for chunk in _chunks(rows):
                     tx.run(query, {"rows": chunk}).consume()
             for (rel_type, source_label, target_label), rows in sorted(groups.items()):
@@ -500,6 +542,7 @@ class Neo4jStore:
             labels[node.id] = node.label
             props = encode_props(node.props, f"{node.label} {node.id!r}")
             props["id"] = node.id
+            props[SIGNATURE] = _signature(props)
             spec = fulltext.get(node.label)
             if spec is not None:
                 text = _fulltext_value(spec, node.props)
@@ -742,14 +785,20 @@ class Neo4jStore:
             self._driver.close()
 
 
-def _labels_of(tx: Any, ids: Sequence[str]) -> dict[str, set[str]]:
-    """The stored labels of each of ``ids`` (only ids that exist), one query over every label's index."""
-    if not ids:
-        return {}
-    query = " UNION ALL ".join(f"MATCH (n:{_ident(label)}) WHERE n.id IN $ids RETURN n.id AS id, "
-                               f"{label!r} AS label" for label in LABELS)
+def _labels_of(tx: Any, lookups: Mapping[str, Iterable[str]]) -> dict[str, set[str]]:
+    """The stored labels of ids: ``lookups`` maps a label to the ids to look up under it (one query,
+    one unique-index seek per id and label). Ids found under no label are absent from the result."""
+    parts: list[str] = []
+    params: dict[str, Any] = {}
+    for i, (label, ids) in enumerate(sorted(lookups.items())):
+        wanted = sorted(set(ids))
+        if wanted:
+            params[f"ids{i}"] = wanted
+            parts.append(f"MATCH (n:{_ident(label)}) WHERE n.id IN $ids{i} RETURN n.id AS id, {label!r} AS label")
     out: dict[str, set[str]] = {}
-    for r in tx.run(query, {"ids": list(ids)}):
+    if not parts:
+        return out
+    for r in tx.run(" UNION ALL ".join(parts), params):
         out.setdefault(r["id"], set()).add(r["label"])
     return out
 
