@@ -4,6 +4,9 @@
 started here when nothing answers (and stopped at the end of the session). When none can be had
 the test is skipped with the reason, which ``KLINEAGE_REQUIRE_REAL=1`` turns into a failure.
 
+This folder has no ``__init__.py`` on purpose: as a package named ``neo4j`` under ``tests/`` it would
+shadow the driver. Its helper module is loaded by path (``_load_helper``).
+
 ``neo4j_stores``: a factory of connected ``Neo4jStore`` objects on one freshly cleared database
 (the first call clears it); every store it made is closed after the test.
 """

@@ -113,3 +113,34 @@ def test_demo_runs_on_neo4j(neo4j_store: Neo4jStore, neo4j_server: Any, tmp_path
     assert result.returncode == 0, result.stderr
     assert "Neo4jStore('" in result.stdout and "Example search" in result.stdout
     assert neo4j_store.counts()["Skill"] > 0
+
+
+@real
+def test_graphql_api_serves_from_neo4j(neo4j_store: Neo4jStore, embedder: Any, tmp_path: Path) -> None:
+    """What `klineage serve` runs, on Neo4j: searchSkills and lineages answer like on the embedded store."""
+    from fastapi.testclient import TestClient
+
+    from klineage.graphql.app import create_app
+    from klineage.kb.service import KnowledgeBase
+    from klineage.schema.lineage_document import load_lineage_document
+
+    query = """query($ctx: JSON) {
+        searchSkills(text: "faster matrix multiply", context: $ctx, limit: 5) {
+            score applicable skill { id name } explanation { passed failed unknown evidence { workload } } }
+        lineages { id workload steps { index operator accepted from { sha } to { sha } skill { operator } } } }"""
+    answers = []
+    for store in (neo4j_store, EmbeddedStore(tmp_path / "kb")):
+        kb = KnowledgeBase(store, embedder)
+        for path in sorted(FIXTURES.glob("*.json")):
+            kb.ingest(load_lineage_document(path))
+        with TestClient(create_app(kb)) as client:
+            assert client.get("/healthz").status_code == 200
+            response = client.post("/graphql", json={"query": query, "variables": {"ctx": {
+                "M": 4096, "N": 4096, "K": 4096, "dtype": "bf16"}}})
+            data = response.json()
+            assert response.status_code == 200 and "errors" not in data, data
+            answers.append(data["data"])
+    neo, emb = answers
+    assert neo["lineages"] == emb["lineages"] and neo["lineages"]
+    assert [h["skill"] for h in neo["searchSkills"]] == [h["skill"] for h in emb["searchSkills"]]
+    assert [h["explanation"] for h in neo["searchSkills"]] == [h["explanation"] for h in emb["searchSkills"]]
