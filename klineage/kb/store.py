@@ -2,6 +2,11 @@
 
 Both stores pass one conformance suite (``tests/kb/test_store_conformance.py``); code above
 ``kb`` only ever talks to this protocol.
+
+Optional capability (not part of the protocol): a store may expose a ``state_token`` property, a
+hashable value that changes whenever the stored graph may have changed (``EmbeddedStore`` has one).
+``kb.service.KnowledgeBase`` then caches its search catalog until the token changes; a store without
+it is read afresh (a fixed number of batched calls) on every search.
 """
 
 from __future__ import annotations
