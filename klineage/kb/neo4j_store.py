@@ -72,6 +72,7 @@ BM25_K1 = 1.2
 
 JSON_KEYS = "__json"
 USER_PREFIX = "__u"
+HEX_PREFIX = "__x"  # a caller's name Neo4j cannot hold as a token (NUL bytes): stored hex-encoded
 SIGNATURE = "__sig"
 FT_PREFIX = "__ft_"
 META_LABEL = "_KLineageMeta"
@@ -165,6 +166,8 @@ def _canonical(value: Any) -> str:
 def stored_key(key: str) -> str:
     """The Neo4j property name of a caller's property: itself, except ``id`` (the node id's place)
     and names starting with ``__`` (the store's own), which get the prefix ``__u``."""
+    if "\x00" in key:
+        return HEX_PREFIX + key.encode("utf-8").hex()
     return USER_PREFIX + key if key == "id" or key.startswith("__") else key
 
 
@@ -195,6 +198,8 @@ def decode_props(raw: Mapping[str, Any]) -> dict[str, Any]:
     for name, value in raw.items():
         if name.startswith(USER_PREFIX):
             key = name[len(USER_PREFIX):]
+        elif name.startswith(HEX_PREFIX):
+            key = bytes.fromhex(name[len(HEX_PREFIX):]).decode("utf-8")
         elif name == "id" or name.startswith("__"):
             continue
         else:
