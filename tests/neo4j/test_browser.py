@@ -14,7 +14,6 @@ import subprocess
 import urllib.request
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import pytest
 
@@ -49,11 +48,7 @@ def _playwright_core() -> Path:
 
 
 def _browser_url(neo4j_server: Any) -> str:
-    url = os.environ.get("NEO4J_BROWSER_URL")
-    if url:
-        return url
-    host = urlparse(neo4j_server.uri).hostname or "127.0.0.1"
-    return f"http://{host}:{os.environ.get('NEO4J_HTTP_PORT') or 7474}/browser/"
+    return str(neo4j_server.browser_url)
 
 
 def _colour_pixels(png: Path, hex_colour: str, tolerance: float = 0.04) -> int:
