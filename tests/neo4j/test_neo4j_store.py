@@ -99,7 +99,7 @@ def test_property_encoding_round_trips_what_neo4j_cannot_hold() -> None:
     assert encoded["s"] == "null" and encoded["floats"] == [0.5, 1.5] and encoded["empty"] == []
     assert sorted(encoded["__json"]) == ["big", "m", "mixed", "none", "nums"]
     assert decode_props({**encoded, "id": "x"}) == props
-    odd = {"id": 1, "__json": {"a": 1}, "__u": "x", "_x": 2}
+    odd = {"id": 1, "__json": {"a": 1}, "__u": "x", "_x": 2, "a\x00b": 3, "__x00": 4}
     assert decode_props({**encode_props(odd, "test"), "id": "node-id"}) == odd
     with pytest.raises(StoreError, match="non-finite"):
         encode_props({"x": math.nan}, "test")
