@@ -171,7 +171,7 @@ def main() -> int:
         with httpx.Client(timeout=30) as client:
             http_rows = timed(lambda i: client.post(url, json={"query": q % texts[i]}).raise_for_status(),
                               args.queries)
-        rows.append(("HTTP text query (cached embedding in server? no: fresh server)", http_rows))
+        rows.append(("HTTP text query, uncached (fresh server)", http_rows))
         ok, errors, latencies = asyncio.run(http_load(url, args.clients, args.seconds))
     finally:
         server.terminate()
