@@ -49,7 +49,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from klineage.kb.store import LineageView, ScoredNode, StoreError
+from klineage.kb.store import LineageView, ScoredNode, StoreError, normalize_value
 from klineage.schema.graph import GraphBatch, Node, Relationship
 from klineage.schema.graph_spec import FULLTEXT_INDEXES, LABELS, RELATIONSHIP_NAMES, allowed_relationship
 
@@ -75,43 +75,17 @@ def tokenize(text: str) -> list[str]:
 # property values: validation, copying, compact encoding
 
 
-def _normalize(value: Any, where: str) -> Any:
-    """A fresh JSON-compatible copy of ``value``; StoreError if it is not one.
+def _hold(items: list[Any]) -> Any:
+    # A list of scalars is held as a tuple (immutable, so reads hand out ``list(t)``, a fast C-level copy).
+    return tuple(items) if all(type(v) not in (dict, list, tuple) for v in items) else items
 
-    Internally a list whose items are all scalars is held as a tuple (immutable, so reads hand out
-    ``list(t)``, a fast C-level copy); other lists stay lists. Readers always get lists back.
+
+def _normalize(value: Any, where: str) -> Any:
+    """A fresh JSON-compatible copy of ``value`` held the embedded store's way; StoreError if not storable.
+
+    Readers always get lists back (see ``_copy``).
     """
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise StoreError(f"{where}: non-finite float {value!r} (only finite numbers can be stored)")
-        return float(value)
-    if isinstance(value, (np.floating, np.integer)):
-        return _normalize(value.item(), where)
-    if isinstance(value, Mapping):
-        out = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise StoreError(f"{where}: map key {key!r} is not a string")
-            out[key] = _normalize(item, f"{where}.{key}")
-        return out
-    if isinstance(value, (list, tuple)):
-        if len(value) >= PACK_MIN_FLOATS and all(type(v) is float for v in value):
-            finite = np.isfinite(np.asarray(value, dtype=np.float64))
-            if not finite.all():
-                bad = int(np.argmin(finite))
-                raise StoreError(f"{where}[{bad}]: non-finite float {value[bad]!r} (only finite numbers can be "
-                                 "stored)")
-            return tuple(value)
-        items = [_normalize(item, f"{where}[{i}]") for i, item in enumerate(value)]
-        if all(type(v) not in (dict, list, tuple) for v in items):
-            return tuple(items)
-        return items
-    raise StoreError(f"{where}: {type(value).__name__} is not a storable value "
-                     "(str, int, float, bool, None, lists and string-keyed maps of those)")
+    return normalize_value(value, where, _hold)
 
 
 _SCALARS = (str, int, float, bool, type(None))

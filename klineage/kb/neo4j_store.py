@@ -48,7 +48,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from klineage.kb.store import LineageView, ScoredNode, StoreError
+from klineage.kb.store import LineageView, ScoredNode, StoreError, normalize_value
 from klineage.schema.graph import GraphBatch, Node, Relationship
 from klineage.schema.graph_spec import (
     FULLTEXT_INDEXES,
@@ -117,27 +117,7 @@ def _ident(name: str) -> str:
 
 def _normalize(value: Any, where: str) -> Any:
     """A fresh JSON-compatible copy of ``value`` (tuples become lists); StoreError if it is not one."""
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise StoreError(f"{where}: non-finite float {value!r} (only finite numbers can be stored)")
-        return float(value)
-    if hasattr(value, "item") and type(value).__module__ == "numpy":  # numpy scalars
-        return _normalize(value.item(), where)
-    if isinstance(value, Mapping):
-        out = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise StoreError(f"{where}: map key {key!r} is not a string")
-            out[key] = _normalize(item, f"{where}.{key}")
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_normalize(item, f"{where}[{i}]") for i, item in enumerate(value)]
-    raise StoreError(f"{where}: {type(value).__name__} is not a storable value "
-                     "(str, int, float, bool, None, lists and string-keyed maps of those)")
+    return normalize_value(value, where)
 
 
 def _scalar_kind(value: Any) -> type | None:

@@ -11,15 +11,57 @@ it is read afresh (a fixed number of batched calls) on every search.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
 
 from klineage.schema.graph import GraphBatch, Node, Relationship
 
 
 class StoreError(RuntimeError):
     """A store could not do what was asked (unreachable, misconfigured, bad batch); says why."""
+
+
+_FLOAT_RUN = 16  # a list of at least this many floats (an embedding) is checked in one numpy call
+
+
+def normalize_value(value: Any, where: str, sequence: Callable[[list[Any]], Any] = list) -> Any:
+    """A fresh JSON-compatible copy of a property value; StoreError (naming ``where``) if it is not one.
+
+    Every store validates with this one function. ``sequence`` builds each normalized list (stores
+    choose how they hold lists: Neo4j plain lists, the embedded store tuples of scalars).
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise StoreError(f"{where}: non-finite float {value!r} (only finite numbers can be stored)")
+        return float(value)
+    if isinstance(value, (np.floating, np.integer)):
+        return normalize_value(value.item(), where, sequence)
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise StoreError(f"{where}: map key {key!r} is not a string")
+            out[key] = normalize_value(item, f"{where}.{key}", sequence)
+        return out
+    if isinstance(value, (list, tuple)):
+        if len(value) >= _FLOAT_RUN and all(type(v) is float for v in value):
+            finite = np.isfinite(np.asarray(value, dtype=np.float64))
+            if not finite.all():
+                bad = int(np.argmin(finite))
+                raise StoreError(f"{where}[{bad}]: non-finite float {value[bad]!r} (only finite numbers can be "
+                                 "stored)")
+            return sequence(list(value))
+        return sequence([normalize_value(item, f"{where}[{i}]", sequence) for i, item in enumerate(value)])
+    raise StoreError(f"{where}: {type(value).__name__} is not a storable value "
+                     "(str, int, float, bool, None, lists and string-keyed maps of those)")
 
 
 @dataclass(frozen=True)
