@@ -61,11 +61,14 @@ class LocalValidator:
 
     ``cache``: a ResultCache or a path to its SQLite file (None: no cache). ``device``: ``"auto"`` (the
     GPU when the worker sees one) or ``"cpu"`` (interpreter mode even on a GPU machine).
-    ``timeout_s``: wall-clock limit per job (default 300 s on CPU, 600 s on a GPU).
+    ``timeout_s``: wall-clock limit per job (default 300 s on CPU, 600 s on a GPU). ``timing``:
+    performance-gate options, e.g. ``{"rep_ms": 50, "baseline": False}`` (None: the gate's defaults,
+    100 ms per case and the vendor timed beside the candidate).
     """
 
     def __init__(self, cache: ResultCache | Path | str | None = None, timeout_s: float | None = None,
-                 device: str = "auto", seeds: int = 5, visible_devices: str | None = None) -> None:
+                 device: str = "auto", seeds: int = 5, visible_devices: str | None = None,
+                 timing: Mapping[str, Any] | None = None) -> None:
         if device not in ("auto", "cpu"):
             raise ValueError("device must be 'auto' or 'cpu'")
         self.cache = cache if isinstance(cache, ResultCache) or cache is None else ResultCache(cache)
@@ -73,6 +76,7 @@ class LocalValidator:
         self.force_cpu = device == "cpu"
         self.seeds = seeds
         self.visible_devices = visible_devices
+        self.timing = dict(timing) if timing else None
         self.last_cached = False
         self.last_output: JobOutput | None = None
         self._ceilings: dict[str, Any] | None = None
@@ -105,7 +109,8 @@ class LocalValidator:
         workload = load_workload(workload_dir)
         wanted = normalize_gates(gates)
         shape_list = normalize_shapes(list(shapes) if shapes is not None else None)
-        key = cache_key(kernel_sha(source), workload, shape_list, wanted, self.device_info(), self.seeds)
+        timing = self.timing if "performance" in wanted else None
+        key = cache_key(kernel_sha(source), workload, shape_list, wanted, self.device_info(), self.seeds, timing)
         return source, workload, wanted, shape_list, key
 
     def cached(self, key: str) -> GateResult | None:
@@ -127,7 +132,8 @@ class LocalValidator:
         info = self.device_info()
         ceilings = self.ceilings() if info.cuda and "performance" in wanted else None
         output = validate_job(source, workload, wanted, shape_list, info, timeout_s=timeout_s or self.timeout_s,
-                              seeds=self.seeds, ceilings=ceilings, visible_devices=self.visible_devices)
+                              seeds=self.seeds, ceilings=ceilings, visible_devices=self.visible_devices,
+                              timing=self.timing if "performance" in wanted else None)
         self.last_output = output
         if self.cache is not None and output.cacheable:
             self.cache.put(key, output.result)

@@ -156,13 +156,17 @@ def probe_device(force_cpu: bool = False, python: str | None = None) -> DeviceIn
 
 
 def cache_key(sha: str, workload: WorkloadRef, shapes: Sequence[Mapping[str, Any]] | None,
-              gates: Sequence[str], device: DeviceInfo, seeds: int) -> str:
-    """The result-cache key: kernel, workload version, shapes, gates, GPU and versions."""
-    return sha256_text(canonical_json({
+              gates: Sequence[str], device: DeviceInfo, seeds: int,
+              timing: Mapping[str, Any] | None = None) -> str:
+    """The result-cache key: kernel, workload version, shapes, gates, GPU, versions (and timing options)."""
+    key: dict[str, Any] = {
         "kernel": sha, "workload": workload.name, "manifest": workload.manifest_sha,
         "reference": workload.reference_sha, "shapes": [dict(s) for s in shapes] if shapes else None,
         "gates": list(gates), "gpu": device.gpu, "versions": device.versions, "seeds": seeds,
-    }))
+    }
+    if timing:  # only when not the defaults, so that keys of default jobs stay what they were
+        key["timing"] = dict(timing)
+    return sha256_text(canonical_json(key))
 
 
 @dataclass
@@ -196,11 +200,11 @@ def _read_progress(path: Path) -> list[dict[str, Any]]:
 def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shapes: Sequence[Mapping] | None,
                  device: DeviceInfo, timeout_s: float | None = None, seeds: int = 5,
                  ceilings: Mapping[str, Any] | None = None, visible_devices: str | None = None,
-                 keep_workdir: bool = False) -> JobOutput:
+                 keep_workdir: bool = False, timing: Mapping[str, Any] | None = None) -> JobOutput:
     """Run every requested gate on ``source`` and return the gate result document.
 
     ``gates`` come from ``normalize_gates``; ``device`` from ``probe_device``. On a CPU device the worker
-    runs under ``TRITON_INTERPRET=1``.
+    runs under ``TRITON_INTERPRET=1``. ``timing``: performance-gate options (``rep_ms``, ``baseline``).
     """
     sha = kernel_sha(source)
     outcomes: dict[str, GateOutcome] = {}
@@ -234,6 +238,7 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
                        "workload_dir": str(workload.manifest.directory), "gates": phase_gates,
                        "shapes": [dict(s) for s in shapes] if shapes else None, "seeds": seeds,
                        "interpret": interpret, "ceilings": dict(ceilings) if ceilings else None,
+                       "timing": dict(timing) if timing else None,
                        "progress": str(workdir / f"progress{index}.jsonl"),
                        "cpu_seconds": int(timeout) + 30, "memory_bytes": None if device.cuda else CPU_MEMORY_BYTES}
                 (workdir / f"job{index}.json").write_text(json.dumps(job), encoding="utf-8")

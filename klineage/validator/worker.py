@@ -140,7 +140,10 @@ def run_job(job: dict[str, Any]) -> int:
                         if not ceilings:
                             ceilings = measure_ceilings()
                             progress.emit(event="ceilings", ceilings=ceilings)
-                        outcome = run_performance(module, reference, manifest, shapes, ceilings)
+                        timing = job.get("timing") or {}
+                        outcome = run_performance(module, reference, manifest, shapes, ceilings,
+                                                  rep_ms=float(timing.get("rep_ms", 100.0)),
+                                                  time_baseline=bool(timing.get("baseline", True)))
                     else:
                         outcome = {"status": "fail", "reason": f"unknown gate {gate!r}", "metrics": {}}
         except Exception as exc:  # a gate that could not check fails; it never passes

@@ -1,0 +1,97 @@
+"""Walk the expert workloads on the GPU within one time budget, then run the replay check.
+
+Meant for one device call (``run`` of the device tool, ≤ 10 minutes): walks the workloads one after
+another (cheapest first) with what is left of ``--budget-s``, writes each lineage document (without
+skills: they are extracted where the knowledge base lives, ``klineage extract``), and for every
+complete walk rebuilds the kernel forward from its naive end with ``apply`` and times it against the
+expert (the replay check). Gate results are cached in ``--cache``: carry that file to the next call
+and the walks resume where they stopped.
+
+    python bench/walk_lineages.py --out $OUT --budget-s 520 --cache .klineage/walk-cache.sqlite
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from klineage.ingest.replay import replay_report, replay_source  # noqa: E402
+from klineage.ingest.walker import Walker, WalkEvent, WalkOptions  # noqa: E402
+from klineage.validator import LocalValidator  # noqa: E402
+
+ORDER = ("cross_entropy", "attention", "layernorm", "softmax", "gemm")
+
+
+def main() -> int:
+    """Walk, write, replay; print one line per event and a summary; exit 0."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="folder for lineages/ and replay/")
+    parser.add_argument("--budget-s", type=float, default=520.0, help="total wall-time budget")
+    parser.add_argument("--cache", type=Path, default=Path(".klineage/walk-cache.sqlite"))
+    parser.add_argument("--parallel", type=int, default=6)
+    parser.add_argument("--rep-ms", type=float, default=50.0)
+    parser.add_argument("--workloads", default=",".join(ORDER))
+    parser.add_argument("--no-replay", action="store_true")
+    args = parser.parse_args()
+    start = time.monotonic()
+    candidates = LocalValidator(cache=args.cache, timing={"rep_ms": args.rep_ms, "baseline": False})
+    baseline = LocalValidator(cache=args.cache)
+    (args.out / "lineages").mkdir(parents=True, exist_ok=True)
+    (args.out / "replay").mkdir(parents=True, exist_ok=True)
+    summary = []
+    for name in args.workloads.split(","):
+        left = args.budget_s - (time.monotonic() - start)
+        if left < 30:
+            print(f"[{name}] skipped: {left:.0f} s left", flush=True)
+            summary.append({"workload": name, "status": "not started"})
+            continue
+        t0 = time.monotonic()
+
+        def show(event: WalkEvent, name: str = name, t0: float = t0) -> None:
+            print(f"[{name} {time.monotonic() - t0:6.1f}s step {event.step:>2}] {event.kind}: {event.message}",
+                  flush=True)
+
+        walker = Walker(ROOT / "workloads" / name, candidates, options=WalkOptions(parallel=args.parallel,
+                                                                                  budget_s=left - 20),
+                        baseline_validator=baseline, on_event=show)
+        try:
+            doc = walker.run()
+        except Exception as exc:  # one workload's failure must not lose the others
+            print(f"[{name}] walk failed: {type(exc).__name__}: {exc}", flush=True)
+            summary.append({"workload": name, "status": f"failed: {exc}"})
+            continue
+        path = args.out / "lineages" / f"{name}.lineage.json"
+        path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        entry = {"workload": name, "complete": doc["complete"], "steps": len(doc["steps"]),
+                 "accepted": sum(1 for s in doc["steps"] if s["accepted"]), "wall_s": time.monotonic() - t0}
+        if doc["complete"] and not args.no_replay and args.budget_s - (time.monotonic() - start) > 40:
+            source, steps = replay_source(doc)
+            sources = {k["sha"]: k["source"] for k in doc["kernels"]}
+            expert, rebuilt = walker.measure_many([sources[doc["start"]], source], baseline)
+            report = replay_report(name, steps, expert.perf or expert.check, rebuilt.perf or rebuilt.check)
+            failed = rebuilt.failed
+            data = {"workload": name, "passed": report.passed, "rebuilt_failed": failed,
+                    "steps": [vars(s) for s in report.steps],
+                    "cases": [{"shape": dict(c.shape), "dtype": c.dtype, "expert_ms": c.expert_ms,
+                               "replay_ms": c.replay_ms, "ratio": c.ratio} for c in report.cases],
+                    "gate_runs": rebuilt.gate_runs(), "source": source}
+            (args.out / "replay" / f"{name}.replay.json").write_text(json.dumps(data, indent=1) + "\n",
+                                                                   encoding="utf-8")
+            worst = report.worst
+            entry["replay"] = {"passed": report.passed, "worst_ratio": worst.ratio if worst else None,
+                               "failed": failed}
+        summary.append(entry)
+        print(json.dumps(entry), flush=True)
+    (args.out / "walk-summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    print(f"total {time.monotonic() - start:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,152 @@
+"""Lineage commands: ``klineage walk WORKLOAD_DIR`` (the backward walk) and ``klineage replay LINEAGE``.
+
+``walk`` gates the workload's kernel, then removes one optimization at a time (policy in
+``klineage.ingest.walker``), and writes the lineage document (skills extracted from the accepted
+steps). Every gate result is cached by kernel hash (``--cache``), so a walk stopped by ``--budget-s``
+or a crash resumes with ``--resume``: the walk replays from the cache to where it stopped.
+
+Exit codes: 0 done (also when the walk is incomplete: the document says ``"complete": false``),
+1 the starting kernel fails its gates, 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+out = Console()
+err = Console(stderr=True)
+
+_STYLE = {"accept": "green", "reject": "red", "measure": "dim", "measured": "", "stop": "bold"}
+
+
+def _default_cache() -> Path:
+    return Path(os.environ.get("KLINEAGE_VALIDATOR_CACHE", ".klineage/validator/cache.sqlite"))
+
+
+def _bad(message: str) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(2)
+
+
+def _write_atomic(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def walk(
+    workload_dir: Annotated[Path, typer.Argument(help="Workload folder (manifest.toml, reference.py, the kernel).")],
+    out_path: Annotated[Path | None, typer.Option("--out", "-o", help="Lineage document to write "
+                                                  "(default: lineages/<workload>.lineage.json).")] = None,
+    validator: Annotated[str | None, typer.Option(help="Validator service URL (default: run the gates here).")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue a walk whose document exists: "
+                                          "cached gate results replay it to where it stopped.")] = False,
+    cache: Annotated[Path | None, typer.Option(help="Gate result cache (default: $KLINEAGE_VALIDATOR_CACHE or "
+                                               ".klineage/validator/cache.sqlite).")] = None,
+    parallel: Annotated[int, typer.Option(min=1, max=64, help="Checking jobs run at a time (compile, "
+                                          "correctness); performance jobs always run one at a time.")] = 4,
+    budget_s: Annotated[float | None, typer.Option("--budget-s", help="Stop (incomplete) after this many "
+                                                   "seconds; resume later.")] = None,
+    max_steps: Annotated[int, typer.Option(min=1, help="Stop after this many accepted steps.")] = 40,
+    rep_ms: Annotated[float, typer.Option(help="Timed milliseconds per case for candidates.")] = 50.0,
+    cpu: Annotated[bool, typer.Option("--cpu", help="Interpreter mode even on a GPU (no timings).")] = False,
+    no_skills: Annotated[bool, typer.Option("--no-skills", help="Write the walk without extracting skills.")] = False,
+) -> None:
+    """Walk WORKLOAD_DIR's kernel backward through gated simplifications and write its lineage document."""
+    from klineage.ingest.walker import Walker, WalkError, WalkEvent, WalkOptions
+    from klineage.schema.errors import ManifestError
+    from klineage.validator import HttpValidator, LocalValidator, ValidationRequestError, ValidatorUnavailable
+
+    if not (workload_dir / "manifest.toml").is_file():
+        raise _bad(f"{str(workload_dir)!r} is not a workload folder (no manifest.toml)")
+    target = out_path or Path("lineages") / f"{workload_dir.resolve().name}.lineage.json"
+    if target.exists() and not resume:
+        raise _bad(f"{target} exists; pass --resume to continue that walk (its gate results are cached), "
+                   "or --out another file")
+    if validator:
+        client: Any = HttpValidator(validator)
+        baseline: Any = client
+    else:
+        path = cache or _default_cache()
+        device = "cpu" if cpu else "auto"
+        client = LocalValidator(cache=path, device=device, timing={"rep_ms": rep_ms, "baseline": False})
+        baseline = LocalValidator(cache=path, device=device)
+
+    def show(event: WalkEvent) -> None:
+        style = _STYLE.get(event.kind, "")
+        text = f"[{style}]{event.message}[/]" if style else event.message
+        out.print(f"[dim]{workload_dir.name} step {event.step:>2}[/] {text}", highlight=False)
+
+    try:
+        walker = Walker(workload_dir, client, options=WalkOptions(max_steps=max_steps, parallel=parallel,
+                                                                 budget_s=budget_s),
+                        baseline_validator=baseline, on_event=show)
+        doc = walker.run()
+    except ManifestError as exc:
+        raise _bad(str(exc)) from exc
+    except (ValidationRequestError, ValidatorUnavailable) as exc:
+        raise _bad(str(exc)) from exc
+    except WalkError as exc:
+        err.print(f"[bold red]walk not started:[/] {exc}")
+        raise typer.Exit(1) from exc
+    if not no_skills:
+        from klineage.ingest.extract import fill_skills
+
+        doc = fill_skills(doc)
+    _write_atomic(target, doc)
+    accepted = sum(1 for s in doc["steps"] if s["accepted"])
+    state = "complete" if doc.get("complete", True) else "INCOMPLETE (resume with --resume)"
+    out.print(f"{target}: {accepted} accepted of {len(doc['steps'])} steps, {len(doc['skills'])} skills, {state}")
+
+
+def replay(
+    lineage: Annotated[Path, typer.Argument(help="A lineage document written by `klineage walk`.")],
+    workload_dir: Annotated[Path, typer.Option("--workload", "-w", help="The workload folder it was walked on.")],
+    cache: Annotated[Path | None, typer.Option(help="Gate result cache.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Rebuild the kernel forward from LINEAGE's naive end with its skills' apply; compare with the expert."""
+    from klineage.ingest.replay import replay_report, replay_source
+    from klineage.schema.errors import FormatError
+    from klineage.schema.lineage_document import load_lineage_document
+    from klineage.validator import LocalValidator
+
+    try:
+        doc = load_lineage_document(lineage).data
+    except FormatError as exc:
+        raise _bad(str(exc)) from exc
+    sources = {k["sha"]: k["source"] for k in doc["kernels"]}
+    source, steps = replay_source(doc)
+    local = LocalValidator(cache=cache or _default_cache())
+    gates = ("static", "compile", "correctness", "integrity", "performance")
+    expert = local.validate(sources[doc["start"]], workload_dir, gates)
+    rebuilt = local.validate(source, workload_dir, gates)
+    report = replay_report(doc["workload"]["name"], steps, expert, rebuilt)
+    data = {"workload": report.workload, "verdict": rebuilt.verdict, "passed": report.passed,
+            "steps": [{"operator": s.operator, "applied": s.applied, "note": s.note} for s in report.steps],
+            "cases": [{"shape": dict(c.shape), "dtype": c.dtype, "expert_ms": c.expert_ms, "replay_ms": c.replay_ms,
+                       "ratio": c.ratio} for c in report.cases]}
+    if json_out:
+        print(json.dumps(data, indent=1))
+    else:
+        for s in report.steps:
+            out.print(f"  {'+' if s.applied else '·'} {s.operator} {s.note}")
+        for c in report.cases:
+            out.print(f"  {json.dumps(dict(c.shape))} {c.dtype}: {c.ratio:.3f}x of the expert")
+        failed = rebuilt.failed_gate
+        out.print(f"replayed kernel: {rebuilt.verdict}" + (f" ({failed.gate}: {failed.reason})" if failed else ""))
+    sys.exit(0 if report.passed and rebuilt.verdict == "pass" else 1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``walk`` and ``replay`` to the ``klineage`` app."""
+    app.command("walk")(walk)
+    app.command("replay")(replay)

@@ -1,0 +1,100 @@
+"""The replay check: rebuild a kernel forward from a lineage's naive end with its skills' ``apply``.
+
+``replay_source`` is pure: it starts from the most simplified kernel of a walk and applies the
+operators of the accepted steps in reverse walk order (the last optimization removed is the first one
+added back), each with the parameters its simplification recorded. ``replay_report`` compares the
+replayed kernel's times with the expert's, case by case, from two gate results measured on the same
+GPU. The caller (CLI, bench script) runs the gates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from klineage.ingest.walker import accepted_path, case_key, naive_end
+from klineage.schema.gate_result import GateResult
+from klineage.transforms.registry import get_operator
+
+THRESHOLD = 0.9
+
+
+@dataclass(frozen=True)
+class ReplayStep:
+    """One forward application: the operator, and whether its ``apply`` changed the kernel."""
+
+    operator: str
+    applied: bool
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class ReplayCase:
+    """One shape × dtype: the expert's and the replayed kernel's median times."""
+
+    shape: Mapping[str, Any]
+    dtype: str
+    expert_ms: float
+    replay_ms: float
+
+    @property
+    def ratio(self) -> float:
+        """Replayed throughput relative to the expert's (expert ms / replayed ms)."""
+        return self.expert_ms / self.replay_ms
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """The per-case comparison; ``passed`` when every case is within ``threshold`` of the expert."""
+
+    workload: str
+    steps: tuple[ReplayStep, ...]
+    cases: tuple[ReplayCase, ...]
+    threshold: float = THRESHOLD
+
+    @property
+    def worst(self) -> ReplayCase | None:
+        """The case furthest below the expert."""
+        return min(self.cases, key=lambda c: c.ratio) if self.cases else None
+
+    @property
+    def passed(self) -> bool:
+        """True when timed and every case reaches ``threshold`` × the expert's throughput."""
+        return bool(self.cases) and all(c.ratio >= self.threshold for c in self.cases)
+
+
+def replay_source(doc: Mapping[str, Any]) -> tuple[str, tuple[ReplayStep, ...]]:
+    """The kernel rebuilt from the walk's naive end by applying its accepted steps forward."""
+    source = naive_end(doc)
+    log: list[ReplayStep] = []
+    for step in reversed(accepted_path(doc)):
+        op = get_operator(step["operator"])
+        params = dict(step.get("params") or {})
+        try:
+            rewrite = op.apply(source, **params)
+        except TypeError:  # parameters that name what simplify removed rather than what apply takes
+            rewrite = op.apply(source)
+        if rewrite is None:
+            log.append(ReplayStep(op.id, False, "apply found no place to add it"))
+            continue
+        source = rewrite.source
+        log.append(ReplayStep(op.id, True))
+    return source, tuple(log)
+
+
+def _medians(result: GateResult) -> dict[str, tuple[dict[str, Any], str, float]]:
+    gate = result.gate("performance")
+    if gate is None or gate.status != "pass":
+        return {}
+    return {case_key(r["shape"], r["dtype"]): (dict(r["shape"]), str(r["dtype"]), float(r["candidate"]["median_ms"]))
+            for r in gate.metrics.get("rows", ())}
+
+
+def replay_report(workload: str, steps: Sequence[ReplayStep], expert: GateResult,
+                  replayed: GateResult, threshold: float = THRESHOLD) -> ReplayReport:
+    """Compare the performance gates of the expert and the replayed kernel (same GPU, same method)."""
+    ours = _medians(replayed)
+    cases = tuple(ReplayCase(shape, dtype, ms, ours[key][2])
+                  for key, (shape, dtype, ms) in _medians(expert).items() if key in ours)
+    return ReplayReport(workload, tuple(steps), cases, threshold)

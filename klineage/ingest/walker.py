@@ -1,0 +1,342 @@
+"""The backward walk: from an expert kernel, remove one optimization at a time, each step gated.
+
+Policy (``least-cost, lazily re-checked``):
+
+1. Gate the starting kernel (static, compile, correctness, integrity on the whole grid; performance
+   on every shape, with the vendor timed beside it). A starting kernel that fails is an error.
+2. At the current kernel, every operator whose optimization is present and whose ``simplify``
+   recognises it proposes one simplified candidate. A candidate is *measured* by two jobs: the
+   checking gates (compile, correctness on the whole grid, integrity; these jobs run ``parallel`` at a
+   time, since they only compile and compare) and then, one at a time so that timings never overlap,
+   the performance gate on every shape. Its *cost* is the geometric mean over shapes × dtypes of
+   ``simplified ms / current ms``: how much slower removing the optimization made the kernel.
+3. Accept the candidate of least cost, so that the big wins stand last at the naive end. Costs
+   measured at an earlier kernel are estimates: the cheapest candidate is re-measured at the current
+   kernel before it is accepted (lazy greedy: a candidate is only ever accepted on figures taken at
+   the kernel it is applied to; the others are re-measured only when they come up as cheapest).
+   Without a GPU (interpreter mode) there is no cost: candidates are taken in operator order.
+4. A candidate that fails a gate is a rejected attempt, recorded with the gate and its reason; its
+   operator is not proposed again in this walk (its failure is evidence: it becomes a VALID_WHEN or a
+   risk). A candidate whose source is a kernel already in the walk is rejected by policy (a cycle).
+5. Repeat until no operator can remove anything, ``max_steps`` is reached or the time budget runs
+   out (the document then says ``"complete": false``; run again with the same cache to resume: every
+   gate result is cached by kernel hash, so the walk replays to where it stopped without new jobs).
+
+The walker only talks to a ``ValidatorClient`` (in process or HTTP) and the operators of
+``klineage.transforms``; it writes nothing itself (the CLI writes the document it returns).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from klineage.schema.gate_result import GateResult
+from klineage.schema.ids import canonical_json, kernel_sha
+from klineage.schema.lineage_document import FORMAT, FORMAT_VERSION
+from klineage.schema.manifest import WorkloadManifest, load_manifest
+from klineage.transforms.features import kernel_features, kernel_summary
+from klineage.transforms.operator import Operator, Rewrite
+from klineage.transforms.registry import all_operators
+
+CHECK_GATES: tuple[str, ...] = ("static", "compile", "correctness", "integrity")
+PERF_GATES: tuple[str, ...] = ("static", "performance")
+POLICY = "least-cost, lazily re-checked"
+
+
+class WalkError(RuntimeError):
+    """The walk cannot start (for example: the starting kernel fails its gates)."""
+
+
+@dataclass(frozen=True)
+class WalkOptions:
+    """Knobs of one walk. ``budget_s``: stop (incomplete) when this much wall time has passed."""
+
+    max_steps: int = 40
+    parallel: int = 4
+    budget_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One kernel version gated: the checking result, the performance result, and its times per case."""
+
+    sha: str
+    check: GateResult
+    perf: GateResult | None
+    times_ms: Mapping[str, float] = field(default_factory=dict)
+    vendor_ms: Mapping[str, float] = field(default_factory=dict)
+    cases: Mapping[str, tuple[dict[str, Any], str]] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> tuple[str, str] | None:
+        """(gate, reason) of the first failing gate of either job, or None."""
+        for result in (self.check, self.perf):
+            gate = result.failed_gate if result is not None else None
+            if gate is not None:
+                return gate.gate, gate.reason
+        return None
+
+    def gate_runs(self) -> list[dict[str, Any]]:
+        """Both gate result documents, as the lineage document stores them."""
+        return [r.to_dict() for r in (self.check, self.perf) if r is not None]
+
+
+@dataclass(frozen=True)
+class WalkEvent:
+    """Progress of a walk, for progress bars and logs."""
+
+    kind: str  # "measure" | "measured" | "accept" | "reject" | "stop"
+    message: str
+    step: int = 0
+
+
+def case_key(shape: Mapping[str, Any], dtype: str) -> str:
+    """A stable key for one shape × dtype case."""
+    return canonical_json({"shape": dict(shape), "dtype": dtype})
+
+
+def _times(perf: GateResult | None) -> tuple[dict[str, float], dict[str, float], dict[str, tuple[dict, str]]]:
+    times: dict[str, float] = {}
+    vendor: dict[str, float] = {}
+    cases: dict[str, tuple[dict, str]] = {}
+    gate = perf.gate("performance") if perf is not None else None
+    if gate is None or gate.status != "pass":
+        return times, vendor, cases
+    for row in gate.metrics.get("rows", ()):
+        key = case_key(row["shape"], row["dtype"])
+        times[key] = float(row["candidate"]["median_ms"])
+        base = row.get("vendor") or row.get("reference")
+        if base:
+            vendor[key] = float(base["median_ms"])
+        cases[key] = (dict(row["shape"]), str(row["dtype"]))
+    return times, vendor, cases
+
+
+def cost(current: Measurement, candidate: Measurement) -> float | None:
+    """Geometric mean over common cases of candidate ms / current ms (None when either was not timed)."""
+    common = [k for k in candidate.times_ms if k in current.times_ms]
+    if not common:
+        return None
+    return statistics.geometric_mean(candidate.times_ms[k] / current.times_ms[k] for k in common)
+
+
+def step_timings(current: Measurement, candidate: Measurement) -> list[dict[str, Any]]:
+    """The ``timings`` of a step from ``current`` (optimized) to ``candidate`` (simplified)."""
+    rows = []
+    for key, ms in candidate.times_ms.items():
+        if key not in current.times_ms:
+            continue
+        shape, dtype = candidate.cases[key]
+        vendor = candidate.vendor_ms.get(key, current.vendor_ms.get(key))
+        rows.append({"shape": shape, "dtype": dtype, "from_ms": current.times_ms[key], "to_ms": ms,
+                     "vendor_ms": vendor})
+    return rows
+
+
+@dataclass
+class _Candidate:
+    operator: Operator
+    rewrite: Rewrite
+    sha: str
+    measured_at: str | None = None
+    measurement: Measurement | None = None
+    cost: float | None = None
+
+
+class Walker:
+    """One backward walk of one workload through one validator.
+
+    ``validator``: a ValidatorClient whose performance gate (on a GPU) may skip the vendor;
+    ``baseline_validator``: the one that gates the starting kernel (vendor timed), default the same.
+    """
+
+    def __init__(self, workload_dir: Path | str, validator: Any, operators: Sequence[Operator] | None = None,
+                 options: WalkOptions | None = None, baseline_validator: Any = None,
+                 on_event: Callable[[WalkEvent], None] | None = None) -> None:
+        self.workload_dir = Path(workload_dir)
+        self.manifest: WorkloadManifest = load_manifest(self.workload_dir)
+        self.validator = validator
+        self.baseline_validator = baseline_validator or validator
+        self.operators = tuple(operators if operators is not None else all_operators())
+        self.options = options or WalkOptions()
+        self.on_event = on_event or (lambda event: None)
+        self._started = time.monotonic()
+
+    # -- measuring -------------------------------------------------------------------------------
+    def _out_of_time(self) -> bool:
+        budget = self.options.budget_s
+        return budget is not None and time.monotonic() - self._started > budget
+
+    def _check(self, source: str) -> GateResult:
+        return self.validator.validate(source, self.workload_dir, CHECK_GATES)
+
+    def _perf(self, source: str, validator: Any) -> GateResult:
+        return validator.validate(source, self.workload_dir, PERF_GATES)
+
+    def measure_many(self, sources: Sequence[str], validator: Any = None) -> list[Measurement]:
+        """Gate ``sources``: checking jobs ``parallel`` at a time, then performance jobs one by one."""
+        validator = validator or self.validator
+        with ThreadPoolExecutor(max_workers=max(1, self.options.parallel)) as pool:
+            checks = list(pool.map(self._check, sources))
+        out = []
+        for source, check in zip(sources, checks, strict=True):
+            perf = self._perf(source, validator) if check.verdict == "pass" else None
+            times, vendor, cases = _times(perf)
+            out.append(Measurement(kernel_sha(source), check, perf, times, vendor, cases))
+        return out
+
+    # -- the walk --------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        """Walk backward from the workload's kernel; return the lineage document's data (skills empty)."""
+        start_source = self.manifest.kernel_path.read_text(encoding="utf-8")
+        self.on_event(WalkEvent("measure", f"gating the starting kernel {self.manifest.kernel}"))
+        start = self.measure_many([start_source], self.baseline_validator)[0]
+        if start.failed:
+            gate, reason = start.failed
+            raise WalkError(f"{self.manifest.kernel_path}: the starting kernel fails the {gate} gate: {reason}")
+        kernels: dict[str, str] = {start.sha: start_source}
+        steps: list[dict[str, Any]] = []
+        current_source, current = start_source, start
+        first_runs = start.gate_runs()
+        rejected_ops: set[str] = set()
+        candidates: dict[str, _Candidate] = {}
+        complete = True
+        while True:
+            if sum(1 for s in steps if s["accepted"]) >= self.options.max_steps:
+                complete = False
+                self.on_event(WalkEvent("stop", f"max_steps={self.options.max_steps} reached", len(steps)))
+                break
+            proposals = self._propose(current_source, rejected_ops, kernels, candidates)
+            candidates = {c.operator.id: c for c in proposals}
+            if not candidates:
+                self.on_event(WalkEvent("stop", "no operator can simplify the kernel further", len(steps)))
+                break
+            accepted: _Candidate | None = None
+            while candidates:
+                stale = [c for c in candidates.values() if c.measured_at != current.sha]
+                never = [c for c in stale if c.measurement is None]
+                pending = never or ([self._cheapest(candidates)] if self._cheapest(candidates) in stale else [])
+                if not pending:
+                    accepted = self._cheapest(candidates)
+                    break
+                if self._out_of_time():
+                    complete = False
+                    break
+                names = ", ".join(c.operator.id for c in pending)
+                self.on_event(WalkEvent("measure", f"measuring {len(pending)} candidate(s): {names}", len(steps)))
+                for cand, m in zip(pending, self.measure_many([c.rewrite.source for c in pending]), strict=True):
+                    cand.measurement, cand.measured_at = m, current.sha
+                    failure = m.failed
+                    if failure is not None:
+                        gate, reason = failure
+                        kernels[cand.sha] = cand.rewrite.source
+                        steps.append(self._step(len(steps), cand, current, False, gate, reason, first_runs))
+                        first_runs = []
+                        rejected_ops.add(cand.operator.id)
+                        del candidates[cand.operator.id]
+                        self.on_event(WalkEvent("reject", f"{cand.operator.id}: {gate}: {reason[:160]}", len(steps)))
+                        continue
+                    cand.cost = cost(current, m)
+                    shown = f"{cand.cost:.3f}x" if cand.cost is not None else "not timed"
+                    self.on_event(WalkEvent("measured", f"{cand.operator.id}: cost {shown}", len(steps)))
+            if not complete:
+                self.on_event(WalkEvent("stop", "time budget spent; resume with the same cache", len(steps)))
+                break
+            if accepted is None:
+                self.on_event(WalkEvent("stop", "every remaining simplification was rejected", len(steps)))
+                break
+            assert accepted.measurement is not None
+            kernels[accepted.sha] = accepted.rewrite.source
+            steps.append(self._step(len(steps), accepted, current, True, None, "", first_runs))
+            first_runs = []
+            shown = f"{accepted.cost:.3f}x" if accepted.cost is not None else "not timed"
+            self.on_event(WalkEvent("accept", f"{accepted.operator.id} (cost {shown})", len(steps)))
+            current_source, current = accepted.rewrite.source, accepted.measurement
+            del candidates[accepted.operator.id]
+        return self._document(start, kernels, steps, complete)
+
+    def _propose(self, source: str, rejected: set[str], kernels: Mapping[str, str],
+                 previous: Mapping[str, _Candidate]) -> list[_Candidate]:
+        out = []
+        for op in self.operators:
+            if op.id in rejected or not op.present(source):
+                continue
+            rewrite = op.simplify(source)
+            if rewrite is None:
+                continue
+            sha = kernel_sha(rewrite.source)
+            if sha in kernels:
+                continue  # a cycle: this kernel is already in the walk
+            old = previous.get(op.id)
+            cand = _Candidate(op, rewrite, sha)
+            if old is not None:  # keep the last figures as an estimate
+                cand.measurement, cand.measured_at, cand.cost = old.measurement, old.measured_at, old.cost
+            out.append(cand)
+        return out
+
+    def _cheapest(self, candidates: Mapping[str, _Candidate]) -> _Candidate:
+        order = {op.id: i for i, op in enumerate(self.operators)}
+        return min(candidates.values(),
+                   key=lambda c: (c.cost if c.cost is not None else math.inf, order[c.operator.id]))
+
+    def _step(self, index: int, cand: _Candidate, current: Measurement, accepted: bool, gate: str | None,
+              reason: str, extra_runs: list[dict[str, Any]]) -> dict[str, Any]:
+        m = cand.measurement
+        assert m is not None
+        step: dict[str, Any] = {
+            "index": index, "operator": cand.operator.id, "params": dict(cand.rewrite.params),
+            "from": current.sha, "to": cand.sha, "diff": cand.rewrite.diff, "accepted": accepted,
+            "gate": gate, "reason": reason, "timings": step_timings(current, m) if accepted else [],
+            "gate_runs": [*extra_runs, *m.gate_runs()],
+        }
+        if not accepted and m.times_ms:
+            step["timings"] = step_timings(current, m)
+        return step
+
+    def _document(self, start: Measurement, kernels: Mapping[str, str], steps: list[dict[str, Any]],
+                  complete: bool) -> dict[str, Any]:
+        gpu, versions = start.check.gpu, dict(start.check.versions)
+        arch = re.search(r"\((sm_\d+a?)\)", gpu)
+        name = re.sub(r"\s*\(sm_\d+a?\)\s*$", "", gpu) or "cpu"
+        try:
+            from importlib.metadata import version
+
+            versions["klineage"] = version("klineage")
+        except Exception:  # not installed as a package (a source checkout on the GPU box)
+            versions["klineage"] = "source"
+        m = self.manifest
+        return {
+            "format": FORMAT, "version": FORMAT_VERSION, "sample": False, "complete": complete,
+            "workload": {"name": m.name, "family": m.family, "description": m.description},
+            "gpu": {"name": name, "arch": arch.group(1) if arch else "sm_0", "sm_count": None,
+                    "smem_per_sm": None},
+            "versions": versions,
+            "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "policy": POLICY,
+            "start": start.sha,
+            "kernels": [{"sha": sha, "source": src, "features": kernel_features(src), "summary": kernel_summary(src)}
+                        for sha, src in kernels.items()],
+            "steps": steps,
+            "skills": [],
+        }
+
+
+def accepted_path(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The accepted steps of a walk, in walk order (expert first, naive last)."""
+    return [s for s in doc["steps"] if s["accepted"]]
+
+
+def naive_end(doc: Mapping[str, Any]) -> str:
+    """The source of the most simplified kernel of a walk (the start when nothing was accepted)."""
+    sources = {k["sha"]: k["source"] for k in doc["kernels"]}
+    path = accepted_path(doc)
+    return sources[path[-1]["to"] if path else doc["start"]]

@@ -1,0 +1,175 @@
+"""The walker's policy, on toy operators and a scripted validator (the real gates have their own tests,
+and ``test_walk_rowsum_under_the_interpreter`` walks a real kernel through the real validator).
+
+Toy kernels are sources with ``# OPT <name>`` marker lines; a toy operator removes its marker. The
+scripted validator times a kernel as the product of the slowdowns of the markers it lacks, and fails
+correctness when a marker listed in ``breaks`` is missing.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from klineage.ingest.replay import replay_report, replay_source
+from klineage.ingest.walker import WalkOptions, Walker, accepted_path, cost, naive_end
+from klineage.schema.gate_result import GateOutcome, GateResult
+from klineage.schema.ids import kernel_sha
+from klineage.transforms.operator import Anchor, Operator, Rewrite, make_rewrite
+
+ROWSUM = Path(__file__).resolve().parents[1] / "validator" / "workloads" / "rowsum"
+SHAPES = ({"rows": 64, "cols": 64}, {"rows": 4096, "cols": 4096})
+
+
+class MarkerOperator(Operator):
+    """Removes / adds the line ``# OPT <id>``."""
+
+    name = intent = carrier = anchor_predicate = anchor_description = "toy"
+
+    def __init__(self, op_id: str) -> None:
+        self.id = op_id  # type: ignore[misc]
+        self.line = f"# OPT {op_id}\n"
+
+    def detect(self, source: str) -> list[Anchor]:
+        return [Anchor("present", 1, 1, "marker")] if self.line in source else [Anchor("applicable", 1, 1, "x")]
+
+    def simplify(self, source: str) -> Rewrite | None:
+        return make_rewrite(source, source.replace(self.line, ""), self.id, {}, "simplify") if self.line in source \
+            else None
+
+    def apply(self, source: str, **params: Any) -> Rewrite | None:
+        return None if self.line in source else make_rewrite(source, source + self.line, self.id, {}, "apply")
+
+
+class ScriptedValidator:
+    """Times = product of slowdowns of the missing markers (shape-dependent); counts jobs."""
+
+    def __init__(self, slowdown: Mapping[str, tuple[float, float]], breaks: Sequence[str] = ()) -> None:
+        self.slowdown = slowdown
+        self.breaks = set(breaks)
+        self.jobs: list[tuple[str, tuple[str, ...]]] = []
+        self.cache: dict[tuple[str, tuple[str, ...]], GateResult] = {}
+
+    def validate(self, source: str, workload_dir: Any, gates: Sequence[str] = (), shapes: Any = None) -> GateResult:
+        key = (kernel_sha(source), tuple(gates))
+        if key in self.cache:
+            return self.cache[key]
+        self.jobs.append(key)
+        missing = [op for op in self.slowdown if f"# OPT {op}\n" not in source]
+        outcomes = [GateOutcome("static", "pass")]
+        if "correctness" in gates:
+            broken = sorted(self.breaks & set(missing))
+            outcomes.append(GateOutcome("correctness", "fail" if broken else "pass",
+                                        f"wrong results without {broken}" if broken else ""))
+        if "performance" in gates:
+            rows = []
+            for i, shape in enumerate(SHAPES):
+                ms = 1.0
+                for op in missing:
+                    ms *= self.slowdown[op][i]
+                rows.append({"shape": shape, "dtype": "fp32", "candidate": {"median_ms": ms},
+                             "vendor": {"median_ms": 1.5}, "speedup": 1.5 / ms})
+            outcomes.append(GateOutcome("performance", "pass", "timed", {"rows": rows}))
+        result = GateResult(kernel_sha(source), "Toy GPU (sm_90)", {"torch": "x"}, tuple(outcomes), "rowsum")
+        self.cache[key] = result
+        return result
+
+
+def _workload(tmp_path: Path, markers: Sequence[str]) -> Path:
+    folder = tmp_path / "rowsum"
+    shutil.copytree(ROWSUM, folder)
+    source = (folder / "kernel.py").read_text(encoding="utf-8")
+    (folder / "kernel.py").write_text(source + "".join(f"# OPT {m}\n" for m in markers), encoding="utf-8")
+    return folder
+
+
+def test_accepts_least_cost_first_and_records_rejections(tmp_path: Path) -> None:
+    ops = [MarkerOperator(i) for i in ("big", "small", "mixed", "unsafe")]
+    validator = ScriptedValidator({"big": (1.5, 2.0), "small": (1.01, 1.02), "mixed": (0.9, 1.3),
+                                   "unsafe": (1.0, 1.0)}, breaks=["unsafe"])
+    doc = Walker(_workload(tmp_path, ["big", "small", "mixed", "unsafe"]), validator, ops).run()
+    order = [s["operator"] for s in accepted_path(doc)]
+    assert order == ["small", "mixed", "big"]  # geomean costs 1.015, 1.082, 1.732
+    rejected = [s for s in doc["steps"] if not s["accepted"]]
+    assert [(s["operator"], s["gate"]) for s in rejected] == [("unsafe", "correctness")]
+    assert "unsafe" in rejected[0]["reason"]
+    assert doc["complete"] is True and doc["sample"] is False
+    assert "# OPT" not in naive_end(doc).replace("# OPT unsafe", "")
+    big = accepted_path(doc)[-1]
+    assert [round(t["to_ms"] / t["from_ms"], 6) for t in big["timings"]] == [1.5, 2.0]
+    # every kernel a step points at is in the document, with its hash
+    shas = {k["sha"] for k in doc["kernels"]}
+    assert all(s["from"] in shas and s["to"] in shas for s in doc["steps"])
+
+
+def test_lazy_remeasurement_only_for_the_cheapest(tmp_path: Path) -> None:
+    ops = [MarkerOperator(f"op{i}") for i in range(5)]
+    slow = {f"op{i}": (1.0 + 0.1 * i, 1.0 + 0.1 * i) for i in range(5)}
+    validator = ScriptedValidator(slow)
+    doc = Walker(_workload(tmp_path, list(slow)), validator, ops).run()
+    assert [s["operator"] for s in accepted_path(doc)] == [f"op{i}" for i in range(5)]
+    perf_jobs = [k for k in validator.jobs if "performance" in k[1]]
+    # start + 5 candidates at the expert + one re-measurement per later step (independent costs)
+    assert len(perf_jobs) == 1 + 5 + 4
+
+
+def test_budget_stops_incomplete_and_the_cache_resumes(tmp_path: Path) -> None:
+    ops = [MarkerOperator(i) for i in ("a", "b", "c")]
+    validator = ScriptedValidator({"a": (1.1, 1.1), "b": (1.2, 1.2), "c": (1.3, 1.3)})
+    folder = _workload(tmp_path, ["a", "b", "c"])
+    partial = Walker(folder, validator, ops, options=WalkOptions(budget_s=0.0)).run()
+    assert partial["complete"] is False and not accepted_path(partial)
+    full = Walker(folder, validator, ops).run()
+    jobs_before = len(validator.jobs)
+    again = Walker(folder, validator, ops).run()
+    assert len(validator.jobs) == jobs_before, "a resumed walk must come entirely from the cache"
+    assert [s["operator"] for s in accepted_path(again)] == [s["operator"] for s in accepted_path(full)]
+    assert full["complete"] is True
+
+
+def test_failing_start_is_an_error(tmp_path: Path) -> None:
+    from klineage.ingest.walker import WalkError
+
+    validator = ScriptedValidator({"x": (1.0, 1.0)}, breaks=["x"])
+    with pytest.raises(WalkError, match="correctness"):
+        Walker(_workload(tmp_path, []), validator, [MarkerOperator("x")]).run()
+
+
+def test_replay_rebuilds_the_start_and_compares_per_case(tmp_path: Path) -> None:
+    ops = {i: MarkerOperator(i) for i in ("a", "b")}
+    validator = ScriptedValidator({"a": (1.2, 1.1), "b": (1.4, 1.3)})
+    folder = _workload(tmp_path, ["a", "b"])
+    doc = Walker(folder, validator, list(ops.values())).run()
+    import klineage.ingest.replay as replay_module
+
+    original = replay_module.get_operator
+    replay_module.get_operator = lambda op_id: ops[op_id]  # type: ignore[assignment]
+    try:
+        source, steps = replay_source(doc)
+    finally:
+        replay_module.get_operator = original  # type: ignore[assignment]
+    assert [s.operator for s in steps] == ["b", "a"] and all(s.applied for s in steps)
+    start = next(k["source"] for k in doc["kernels"] if k["sha"] == doc["start"])
+    assert sorted(source.splitlines()) == sorted(start.splitlines())
+    expert = validator.validate(start, folder, ("static", "performance"))
+    rebuilt = validator.validate(source, folder, ("static", "performance"))
+    report = replay_report("rowsum", steps, expert, rebuilt)
+    assert report.passed and len(report.cases) == 2
+    naive = validator.validate(naive_end(doc), folder, ("static", "performance"))
+    slow = replay_report("rowsum", steps, expert, naive)
+    assert not slow.passed and slow.worst is not None and slow.worst.ratio < 0.9
+
+
+def test_cost_is_the_geomean_of_time_ratios() -> None:
+    from klineage.ingest.walker import Measurement
+
+    def m(times: dict[str, float]) -> Measurement:
+        result = GateResult("0" * 64, "g", {}, (GateOutcome("static", "pass"),))
+        return Measurement("0" * 64, result, None, times)
+
+    assert cost(m({"a": 1.0, "b": 2.0}), m({"a": 2.0, "b": 2.0})) == pytest.approx(2**0.5)
+    assert cost(m({"a": 1.0}), m({"b": 1.0})) is None
