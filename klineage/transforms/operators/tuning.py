@@ -73,6 +73,11 @@ def _pinned_configs(m: Module, k: Kernel) -> list[list[tuple[str, str]]] | None:
     assert k.autotune is not None
     node = kwarg(k.autotune, "configs") or (k.autotune.args[0] if k.autotune.args else None)
     table_env: dict[str, ast.expr] = {}
+    if isinstance(node, ast.Name):
+        unpacked = _unpacked_config_call(m, node.id)
+        if unpacked is not None:
+            node, table_env = unpacked
+            return _configs_from_node(m, node, table_env)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args:
         fn = next(
             (f for f in m.src.tree.body if isinstance(f, ast.FunctionDef) and f.name == node.func.id), None
@@ -80,13 +85,7 @@ def _pinned_configs(m: Module, k: Kernel) -> list[list[tuple[str, str]]] | None:
         rets = [r for r in ast.walk(fn) if isinstance(r, ast.Return)] if fn else []
         node = rets[0].value if len(rets) == 1 else None
         if fn is not None:
-            for st in fn.body:
-                if (
-                    isinstance(st, ast.Assign)
-                    and len(st.targets) == 1
-                    and isinstance(st.targets[0], ast.Name)
-                ):
-                    table_env[st.targets[0].id] = st.value
+            table_env = _function_locals(fn)
     elif isinstance(node, ast.Name):
         node = next(
             (
@@ -99,6 +98,55 @@ def _pinned_configs(m: Module, k: Kernel) -> list[list[tuple[str, str]]] | None:
             ),
             None,
         )
+    return _configs_from_node(m, node, table_env)
+
+
+def _function_locals(fn: ast.FunctionDef) -> dict[str, ast.expr]:
+    """Top-level ``name = value`` statements of a function body."""
+    return {
+        st.targets[0].id: st.value
+        for st in fn.body
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+    }
+
+
+def _unpacked_config_call(m: Module, name: str) -> tuple[ast.expr, dict[str, ast.expr]] | None:
+    """``NAME, OTHER = helper()`` at module level with ``helper`` a zero-argument module function
+    whose single ``return`` is a tuple: the tuple element bound to ``NAME`` and the function's
+    locals (a config table built by a function, e.g. configs plus the head dims each is meant for)."""
+    for st in m.src.tree.body:
+        if not (
+            isinstance(st, ast.Assign)
+            and len(st.targets) == 1
+            and isinstance(st.targets[0], ast.Tuple)
+            and isinstance(st.value, ast.Call)
+            and isinstance(st.value.func, ast.Name)
+            and not st.value.args
+            and not st.value.keywords
+        ):
+            continue
+        names = [t.id if isinstance(t, ast.Name) else None for t in st.targets[0].elts]
+        if name not in names:
+            continue
+        fn = next(
+            (f for f in m.src.tree.body if isinstance(f, ast.FunctionDef) and f.name == st.value.func.id), None
+        )
+        if fn is None or fn.args.args or fn.args.vararg or fn.args.kwonlyargs:
+            return None
+        rets = [r for r in ast.walk(fn) if isinstance(r, ast.Return)]
+        if len(rets) != 1 or not isinstance(rets[0].value, ast.Tuple):
+            return None
+        elts = rets[0].value.elts
+        if len(elts) != len(names):
+            return None
+        return elts[names.index(name)], _function_locals(fn)
+    return None
+
+
+def _configs_from_node(
+    m: Module, node: ast.expr | None, table_env: dict[str, ast.expr]
+) -> list[list[tuple[str, str]]] | None:
+    """Configs of a literal list of ``triton.Config`` or of a comprehension over a literal table."""
     if isinstance(node, (ast.List, ast.Tuple)):
         cfgs = [c for c in node.elts if isinstance(c, ast.Call) and (dotted(c.func) or "").endswith("Config")]
         if len(cfgs) != len(node.elts) or not cfgs:
@@ -297,7 +345,8 @@ class Autotune(Operator):
             if not ok:
                 continue
             edits += la_edits
-            configs = self._configs(tun, meta, _has_dot(k, m))
+            fixed = self._fixed_constexprs(m, k)
+            configs = self._configs(tun, meta, _has_dot(k, m), lambda var: _static_ok(k, m, {**fixed, **var}))
             key = self._key(m, k)
             indent = m.src.indent_of(k.node.lineno)
             cfg_lines = "".join(f"{indent}        {m.triton}.Config({c}),\n" for c in configs)
@@ -313,13 +362,25 @@ class Autotune(Operator):
         return self._rewrite(source, apply_edits(source, _merge_appends(edits)), dict(params), "apply")
 
     @staticmethod
-    def _configs(tun: dict[str, int], meta: dict[str, int], dot: bool) -> list[str]:
+    def _fixed_constexprs(m: Module, k: Kernel) -> dict[str, int]:
+        """Constexprs given one literal int at every launch (e.g. a BLOCK_N left out of the tuning)."""
+        out: dict[str, int] = {}
+        for p in k.constexprs:
+            vals = {int_value(s) for s in m.sites(k, p) if s.where in ("launch", "local")}
+            if len(vals) == 1 and None not in vals:
+                out[p] = vals.pop()  # type: ignore[assignment]
+        return out
+
+    @staticmethod
+    def _configs(
+        tun: dict[str, int], meta: dict[str, int], dot: bool, ok: Any = lambda var: True
+    ) -> list[str]:
         lo = 16
         variants = [dict(tun)]
         bigger = {p: min(v * 2, 256 if dot else 65536) for p, v in tun.items()}
         smaller = {p: max(v // 2, lo) for p, v in tun.items()}
         for var in (bigger, smaller):
-            if var not in variants:
+            if var not in variants and ok(var):
                 variants.append(var)
         out = []
         for i, var in enumerate(variants):
@@ -342,7 +403,7 @@ class Autotune(Operator):
                 if p.constexpr or p.name not in args:
                     continue
                 low = p.name.lower()
-                if "ptr" in low or "stride" in low or low in ("eps", "scale"):
+                if "ptr" in low or "stride" in low or "eps" in low or "scale" in low:
                     continue
                 v = args[p.name]
                 if isinstance(v, ast.Name) and v.id in run_params:
@@ -374,6 +435,32 @@ class Autotune(Operator):
             hs, he = m.src.span(h)
             text = text[: hs - start] + f"META[{local_names[h.id]!r}]" + text[he - start :]
         return Edit(start, end, f"lambda META: {text}")
+
+
+_STATIC_NODES = (
+    ast.Expression, ast.BinOp, ast.BoolOp, ast.UnaryOp, ast.Compare, ast.Name, ast.Constant, ast.Load,
+    ast.operator, ast.boolop, ast.unaryop, ast.cmpop,
+)
+
+
+def _static_ok(k: Kernel, m: Module, values: dict[str, int]) -> bool:
+    """False when a ``tl.static_assert`` of the kernel, evaluated on ``values``, fails (e.g.
+    ``BLOCK_M % BLOCK_N == 0`` for a smaller BLOCK_M); True when it holds or cannot be evaluated."""
+    for call in ast.walk(k.node):
+        if tl_func(call, m.al) != "static_assert" or not call.args:  # type: ignore[arg-type]
+            continue
+        expr = ast.Expression(call.args[0])  # type: ignore[attr-defined]
+        if not all(isinstance(n, _STATIC_NODES) for n in ast.walk(expr)):
+            continue
+        names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+        if not names <= set(values):
+            continue
+        try:
+            if not eval(compile(expr, "<static_assert>", "eval"), {"__builtins__": {}}, dict(values)):
+                return False
+        except (ArithmeticError, TypeError, ValueError):
+            return False
+    return True
 
 
 def _merge_appends(edits: list[Edit]) -> list[Edit]:
