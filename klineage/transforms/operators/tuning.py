@@ -346,7 +346,9 @@ class Autotune(Operator):
                 continue
             edits += la_edits
             fixed = self._fixed_constexprs(m, k)
-            configs = self._configs(tun, meta, _has_dot(k, m), lambda var: _static_ok(k, m, {**fixed, **var}))
+            configs = self._configs(
+                tun, meta, _has_dot(k, m), lambda var, k=k, fixed=fixed: _static_ok(k, m, {**fixed, **var})
+            )
             key = self._key(m, k)
             indent = m.src.indent_of(k.node.lineno)
             cfg_lines = "".join(f"{indent}        {m.triton}.Config({c}),\n" for c in configs)
