@@ -144,7 +144,17 @@ def _naive_specs() -> dict[str, tuple[Callable[[], list[tuple]], Callable[..., A
             (torch.randn(20, 40, generator=g), torch.randn(24, 40, generator=g), torch.randn(24, generator=g))
         ]
 
+    def logsumexp() -> list[tuple]:
+        x = torch.randn(6, 150, generator=_g(9)) * 3
+        x[1, :70] = -float("inf")  # a fully masked first chunk: the online form must not NaN
+        return [(x,)]
+
+    def cumsum() -> list[tuple]:
+        return [(torch.randn(150, generator=_g(10)),)]
+
     return {
+        "naive_logsumexp": (logsumexp, lambda x: torch.logsumexp(x, dim=-1)),
+        "naive_cumsum": (cumsum, lambda x: torch.cumsum(x, dim=0)),
         "naive_linear": (linear, lambda x, w, b: x @ w.T + b),
         "naive_rowsum": (rowsum, lambda x: x.sum(-1)),
         "naive_gemm": (gemm, lambda a, b: a @ b),

@@ -70,6 +70,8 @@ APPLY_NAIVE: dict[str, tuple[str, ...]] = {
         "naive_cross_entropy",
     ),
     "dot-accumulate": ("naive_linear", "naive_gemm", "naive_attention"),
+    "online-softmax": ("naive_logsumexp",),
+    "causal-skip": ("naive_attention", "naive_cumsum"),
 }
 
 # Where the optimization is present in an expert and `simplify` must remove it; the bool says whether
@@ -102,6 +104,8 @@ SIMPLIFY_EXPERT: dict[str, dict[str, bool]] = {
     "exp2": {"softmax": True, "attention": True, "cross_entropy": True},
     "fp32-accumulate": {"gemm": False, "softmax": True, "layernorm": True, "cross_entropy": True},
     "dot-accumulate": {"gemm": True, "attention": True},
+    "online-softmax": {"softmax": True, "cross_entropy": True},
+    "causal-skip": {"attention": False},
 }
 
 # Feature that each operator switches on (feature, value after apply) — checked on its first naive kernel.
@@ -118,6 +122,8 @@ FEATURE_OF = {
     "rsqrt": "uses_rsqrt",
     "fp32-accumulate": "fp32_accumulate",
     "dot-accumulate": "dot_accumulate",
+    "online-softmax": "online_softmax",
+    "causal-skip": "causal_skip",
 }
 
 

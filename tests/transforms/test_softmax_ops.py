@@ -1,0 +1,100 @@
+"""online-softmax and causal-skip on the expert paths the default cpu shapes do not reach (the causal
+attention shape, the softmax expert's online kernel for rows wider than SINGLE_PASS_MAX, the cross-
+entropy expert's full-chunk loop), plus the recognisers' refusals."""
+
+from __future__ import annotations
+
+import importlib.util
+import tomllib
+
+import pytest
+
+from klineage.transforms.features import kernel_features
+from klineage.transforms.registry import get_operator
+from tests.transforms.harness import WORKLOADS, Case, check, naive_cases
+
+
+def _case(workload: str, shapes: list[dict]) -> Case:
+    folder = WORKLOADS / workload
+    meta = tomllib.loads((folder / "manifest.toml").read_text())["workload"]
+    spec = importlib.util.spec_from_file_location(f"klineage_ref2_{workload}", folder / meta["reference"])
+    assert spec is not None and spec.loader is not None
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    tol = float(meta.get("tolerance", {}).get("fp32", 1e-4))
+    return Case(
+        workload,
+        (folder / "expert.py").read_text(),
+        lambda: [tuple(ref.make_inputs(s, "fp32", 0)) for s in shapes],
+        ref.reference,
+        rtol=max(tol, 1e-4),
+        atol=1e-4,
+    )
+
+
+def _round_trip(op_id: str, case: Case) -> None:
+    op = get_operator(op_id)
+    assert op.present(case.source)
+    rw = op.simplify(case.source)
+    assert rw is not None and not op.present(rw.source) and op.applicable(rw.source)
+    assert check(case, rw.source) <= 1.0
+    again = op.apply(rw.source)
+    assert again is not None and op.present(again.source)
+    assert check(case, again.source) <= 1.0
+
+
+def test_online_softmax_on_the_softmax_experts_online_kernel() -> None:
+    _round_trip("online-softmax", _case("softmax", [{"rows": 2, "cols": 40000}]))
+
+
+def test_online_softmax_on_cross_entropy_full_chunks() -> None:
+    _round_trip("online-softmax", _case("cross_entropy", [{"rows": 3, "vocab": 20000}]))
+
+
+def test_causal_skip_on_the_causal_attention_shape() -> None:
+    case = _case("attention", [{"B": 1, "H": 1, "S": 300, "D": 32, "causal": True}])
+    op = get_operator("causal-skip")
+    rw = op.simplify(case.source)
+    assert rw is not None and not op.present(rw.source)
+    assert "0, S," in rw.source and "hi = " not in rw.source
+    assert check(case, rw.source) <= 1.0
+
+
+def test_causal_skip_feature_and_exact_round_trip_on_naive() -> None:
+    op = get_operator("causal-skip")
+    for name in ("naive_attention", "naive_cumsum"):
+        src = naive_cases()[name].source
+        rw = op.apply(src)
+        assert rw is not None
+        back = op.simplify(rw.source)
+        assert back is not None and back.source == src
+    src = naive_cases()["naive_attention"].source
+    assert not kernel_features(src)["causal_skip"]
+    assert kernel_features(op.apply(src).source)["causal_skip"]  # type: ignore[union-attr]
+
+
+CAUSAL_REFUSED = {
+    # strict mask: the diagonal key belongs to no query, the split bound would be wrong
+    "strict": ("offs_m[:, None] >= offs_n[None, :]", "offs_m[:, None] > offs_n[None, :]"),
+    # a sliding window is not always true below the diagonal: the unmasked loop would be wrong
+    "window": (
+        "keep = (offs_m[:, None] >= offs_n[None, :]) & (offs_n[None, :] < seq_len)",
+        "keep = (offs_m[:, None] >= offs_n[None, :]) & (offs_m[:, None] - offs_n[None, :] < 8)",
+    ),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(CAUSAL_REFUSED))
+def test_causal_skip_refuses_masks_it_cannot_prove(variant: str) -> None:
+    old, new = CAUSAL_REFUSED[variant]
+    src = naive_cases()["naive_attention"].source
+    assert old in src
+    assert get_operator("causal-skip").apply(src.replace(old, new)) is None
+
+
+def test_online_softmax_refuses_a_scaled_exponent() -> None:
+    src = naive_cases()["naive_logsumexp"].source
+    bad = src.replace("tl.exp(x - m)", "tl.exp((x - m) * 0.5)")
+    assert bad != src and get_operator("online-softmax").apply(bad) is None
+    # the vector-accumulator form (running max per lane) is not the scalar form: left alone
+    assert get_operator("online-softmax").apply(naive_cases()["naive_cross_entropy"].source) is None
