@@ -15,9 +15,9 @@ app = typer.Typer(
 
 def _register_all() -> None:
     # Each command group lives in its own module and adds its commands to ``app``.
-    from klineage.cli import kb_commands, neo4j_commands, validate_commands, walk_commands
+    from klineage.cli import kb_commands, neo4j_commands, plot_commands, validate_commands, walk_commands
 
-    for module in (kb_commands, validate_commands, walk_commands, neo4j_commands):
+    for module in (kb_commands, validate_commands, walk_commands, neo4j_commands, plot_commands):
         module.register(app)
 
 

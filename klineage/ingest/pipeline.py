@@ -1,0 +1,130 @@
+"""Ingest several lineage documents with skills merged across them: the one place conditions are
+re-induced from the evidence of many lineages.
+
+Why here and not in ``kb.service``: re-inducing a condition needs ``ingest.induce`` and
+``ingest.extract``, and ``kb`` must not import ``ingest`` (DESIGN.md, dependency rule). So the split is:
+
+* ``kb.service.KnowledgeBase.ingest`` stores one document and merges what needs no induction
+  (evidence steps, effect recomputed from all stored timings, support, architectures, the union of
+  conditions and risks);
+* ``ingest_lineages(kb, documents)`` (here) first gathers every piece of evidence about each
+  operator, from the given documents *and* the lineages already in the store (their Step nodes:
+  timings, gate and reason), runs ``extract.merge_skills`` over all of it, rewrites each document's
+  ``skills`` with the merged conditions and risks, and only then calls ``kb.ingest`` on each. The
+  store then holds, for every skill, the conditions induced from all the evidence it has.
+
+Known limit: ``GraphStore`` has no way to remove a relationship, so a condition stored earlier by a
+plain ``kb.ingest`` (or an earlier run with less evidence) stays linked next to the re-induced one;
+``IngestSummary.stale`` lists them. Removing them needs a kb change (ingest replacing a skill's
+``induced`` / ``gate-failure`` conditions instead of adding to them).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from klineage.ingest.extract import MergedSkill, SkillInstance, merge_skills, skill_instances, skill_json
+from klineage.kb.service import IngestReport, KnowledgeBase
+from klineage.schema.lineage_document import LineageDocument, parse_lineage_document
+from klineage.schema.records import Condition, skill_id
+
+__all__ = ["IngestSummary", "ingest_lineages", "merged_documents", "stored_instances"]
+
+_DERIVED_SOURCES = ("induced", "gate-failure")
+
+
+@dataclass(frozen=True)
+class IngestSummary:
+    """What ``ingest_lineages`` did: one IngestReport per document (in order), the merged skills
+    (every operator with evidence), and ``stale``: (skill id, condition) pairs still linked in the
+    store whose expression is not the one re-induced now (see the module docstring)."""
+
+    reports: tuple[IngestReport, ...]
+    merged: tuple[MergedSkill, ...]
+    stale: tuple[tuple[str, Condition], ...]
+
+
+def stored_instances(kb: KnowledgeBase, operators: Sequence[str], exclude_lineages: Sequence[str] = ()
+                     ) -> list[list[SkillInstance]]:
+    """The evidence the store already holds about ``operators``: one instance list per stored lineage
+    (not in ``exclude_lineages``), rebuilt from its Step nodes (timings, gate, reason). Kernel sources
+    are not read, so these instances carry no ENABLES (those edges are already stored)."""
+    steps_by_lineage: dict[str, list[dict[str, Any]]] = {}
+    excluded = set(exclude_lineages)
+    for operator in sorted(set(operators)):
+        for node in kb.store.find("Step", where={"operator": operator}):
+            lid = str(node.props.get("lineage_id", ""))
+            if lid and lid not in excluded:
+                steps_by_lineage.setdefault(lid, []).append(dict(node.props))
+    if not steps_by_lineage:
+        return []
+    ids = sorted(steps_by_lineage)
+    lineages = dict(zip(ids, kb.store.get_many("Lineage", ids), strict=True))
+    out = []
+    for lid in ids:
+        node = lineages[lid]
+        if node is None:
+            continue
+        props = node.props
+        data = {"workload": {"name": props.get("workload", "")}, "gpu": {"arch": props.get("arch", "")},
+                "sample": bool(props.get("sample", False)), "kernels": [],
+                "steps": [{**s, "from": None, "to": None} for s in steps_by_lineage[lid]]}
+        out.append(skill_instances(data, lineage_id=lid))
+    return out
+
+
+def merged_documents(documents: Sequence[LineageDocument],
+                     prior: Sequence[Sequence[SkillInstance]] = ()) -> tuple[list[LineageDocument], list[MergedSkill]]:
+    """Pure: the documents with their ``skills`` rewritten from the merge of their own evidence and
+    ``prior`` (evidence of other lineages), and the merged skills.
+
+    Each document gets one skill entry per operator it accepted a step of, citing its own steps and
+    parameters, with the conditions and risks of the merge. Its declared skill text is kept only as a
+    fallback for operators the registry does not know. Every result is re-checked with
+    ``parse_lineage_document``.
+    """
+    own = [skill_instances(doc.data, lineage_id=doc.id) for doc in documents]
+    merged = merge_skills([*prior, *own])
+    by_op = {m.operator: m for m in merged}
+    out = []
+    for doc, instances in zip(documents, own, strict=True):
+        existing = {sk["operator"]: sk for sk in doc.data.get("skills") or ()}
+        skills = [skill_json(by_op[inst.operator], inst.steps, inst.params, fallback=existing.get(inst.operator))
+                  for inst in instances if inst.steps]
+        data = copy.deepcopy(dict(doc.data))
+        data["skills"] = skills
+        out.append(parse_lineage_document(data, doc.source))
+    return out, merged
+
+
+def ingest_lineages(kb: KnowledgeBase, documents: Sequence[LineageDocument]) -> IngestSummary:
+    """Ingest ``documents`` with every skill's conditions re-induced from all the evidence about it
+    (these documents and the lineages already stored), then report conditions left stale.
+
+    Idempotent as ``kb.ingest`` is: running it again on the same documents writes nothing new
+    (the same evidence induces the same expressions, whose ids are content hashes). Raises what
+    ``kb.ingest`` raises (IngestError) or ``parse_lineage_document`` raises; documents before the
+    failing one stay ingested.
+    """
+    operators = sorted({s["operator"] for doc in documents for s in doc.data["steps"]})
+    prior = stored_instances(kb, operators, exclude_lineages=[doc.id for doc in documents])
+    docs, merged = merged_documents(documents, prior)
+    reports = tuple(kb.ingest(doc) for doc in docs)
+    wanted: dict[str, dict[str, set[str]]] = {}
+    for m in merged:
+        if m.accepted:
+            wanted[skill_id(m.operator)] = {
+                "valid": {m.valid.expr} if m.valid is not None else set(),
+                "profitable": {m.profitable.expr} if m.profitable is not None else set()}
+    stale: list[tuple[str, Condition]] = []
+    ids = sorted(wanted)
+    if ids:
+        for kind in ("valid", "profitable"):
+            for sid, conditions in kb.conditions(ids, kind).items():
+                stale.extend((sid, c) for c in conditions
+                             if c.source in _DERIVED_SOURCES and c.expr not in wanted[sid][kind])
+    return IngestSummary(reports, tuple(merged), tuple(stale))
+

@@ -1,0 +1,158 @@
+"""Figures of the evaluation (DESIGN.md): lineage waterfalls and skill effect maps.
+
+Each function takes plain data (a lineage's steps, a skill's evidence), builds a matplotlib Figure on
+the Agg backend (no display needed) and returns it; ``save_png`` writes it. Nothing is measured
+here: every plotted number is a stored timing or a ratio of stored timings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from matplotlib.figure import Figure
+
+from klineage.ingest.extract import PROFIT_MARGIN, shape_features, shape_label
+from klineage.schema.records import Evidence
+
+__all__ = ["lineage_waterfall", "save_png", "skill_effect_map", "waterfall_series"]
+
+
+def _case_key(shape: Mapping[str, Any], dtype: str) -> tuple[str, str]:
+    return shape_label(shape, None), dtype
+
+
+def waterfall_series(steps: Sequence[Mapping[str, Any]]) -> tuple[list[str], dict[str, list[float]]]:
+    """Speedup over the naive end of every kernel version along the accepted steps, per case.
+
+    ``steps``: a lineage's steps (document entries or Step node properties, any order; rejected ones
+    are ignored). Returns the version labels from naive to expert (``naive``, then ``+<operator>`` for
+    each optimization added back) and, per case present in every accepted step, the speedups over
+    the naive version (first value 1.0): the product of ``to_ms / from_ms`` of the steps between.
+    """
+    accepted = sorted((s for s in steps if s.get("accepted")), key=lambda s: int(s["index"]))
+    labels = ["naive"] + [f"+{s['operator']}" for s in reversed(accepted)]
+    if not accepted:
+        return labels, {}
+    ratios: list[dict[tuple[str, str], float]] = []
+    for step in reversed(accepted):  # naive end first
+        ratios.append({_case_key(t["shape"], t["dtype"]): float(t["to_ms"]) / float(t["from_ms"])
+                       for t in step.get("timings") or () if t.get("from_ms") and t.get("to_ms")})
+    common = set(ratios[0]).intersection(*ratios[1:]) if ratios else set()
+    series: dict[str, list[float]] = {}
+    for key in sorted(common):
+        values, total = [1.0], 1.0
+        for r in ratios:
+            total *= r[key]
+            values.append(total)
+        series[f"{key[1]} {key[0]}"] = values
+    return labels, series
+
+
+def lineage_waterfall(steps: Sequence[Mapping[str, Any]], title: str = "") -> Figure:
+    """One line per measured case (and a thick geometric mean) of the speedup over the naive end,
+    from the naive kernel (left) to the expert (right), each version labelled by the operator its
+    step added back; a dashed line per case marks the vendor time when the lineage recorded one.
+    A lineage without common timed cases gives a figure that says so."""
+    labels, series = waterfall_series(steps)
+    fig = Figure(figsize=(max(6.0, 1.2 * len(labels) + 2), 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    x = list(range(len(labels)))
+    if series:
+        for name, values in series.items():
+            ax.plot(x, values, marker="o", linewidth=1.2, alpha=0.8, label=name)
+        gm = [math.exp(sum(math.log(v[i]) for v in series.values()) / len(series)) for i in x]
+        ax.plot(x, gm, color="black", linewidth=2.5, marker="s", label="geometric mean")
+        vendor = _vendor_speedups(steps)
+        for name, value in vendor.items():
+            if name in series:
+                ax.axhline(value, linestyle="--", linewidth=0.8, color="grey")
+                ax.annotate(f"vendor {name}", (x[-1], value), fontsize=7, color="grey", ha="right", va="bottom")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7, loc="upper left")
+    else:
+        ax.text(0.5, 0.5, "no case was timed at every accepted step", ha="center", va="center",
+                transform=ax.transAxes)
+    ax.set_xticks(x, labels, rotation=30, ha="right")
+    ax.set_ylabel("speedup over the naive end (×)")
+    ax.set_xlabel("kernel version (naive → expert)")
+    ax.set_title(title or "lineage waterfall")
+    ax.grid(True, which="both", axis="y", alpha=0.3)
+    return fig
+
+
+def _vendor_speedups(steps: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Per case: naive time over vendor time, when the last accepted step and any step timed them."""
+    accepted = sorted((s for s in steps if s.get("accepted")), key=lambda s: int(s["index"]))
+    if not accepted:
+        return {}
+    naive = {_case_key(t["shape"], t["dtype"]): float(t["to_ms"]) for t in accepted[-1].get("timings") or ()}
+    vendor: dict[tuple[str, str], float] = {}
+    for step in accepted:
+        for t in step.get("timings") or ():
+            if t.get("vendor_ms"):
+                vendor.setdefault(_case_key(t["shape"], t["dtype"]), float(t["vendor_ms"]))
+    return {f"{k[1]} {k[0]}": naive[k] / v for k, v in vendor.items() if k in naive}
+
+
+def skill_effect_map(evidence: Sequence[Evidence], title: str = "", x_feature: str | None = None) -> Figure:
+    """Measured speedup of a skill per case: one point per (evidence step, case), coloured by
+    workload, marker by dtype, with the 1.0 line and the profit margin. The x axis lists the case
+    labels, or the value of ``x_feature`` (a problem feature such as ``numel``, log scale) when
+    given; cases without that feature are left out and the figure says how many."""
+    fig = Figure(figsize=(8.0, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    workloads = sorted({e.workload for e in evidence})
+    colours = {w: f"C{i % 10}" for i, w in enumerate(workloads)}
+    markers = {"fp32": "o", "fp16": "^", "bf16": "s"}
+    cases: list[str] = []
+    left_out = 0
+    seen: set[tuple[str, str]] = set()
+    for ev in evidence:
+        for point in ev.speedups:
+            label = shape_label(point["shape"], point["dtype"])
+            if x_feature:
+                value = shape_features(point["shape"], point["dtype"]).get(x_feature)
+                if not isinstance(value, (int, float)) or isinstance(value, bool):
+                    left_out += 1
+                    continue
+                xpos: float = float(value)
+            else:
+                if label not in cases:
+                    cases.append(label)
+                xpos = float(cases.index(label))
+            key = (ev.workload, str(point["dtype"]))
+            ax.scatter([xpos], [float(point["speedup"])], color=colours[ev.workload],
+                       marker=markers.get(str(point["dtype"]), "D"), s=40, zorder=3,
+                       label=f"{ev.workload} {point['dtype']}" if key not in seen else None)
+            seen.add(key)
+    ax.axhline(1.0, color="black", linewidth=1.0)
+    ax.axhline(1.0 + PROFIT_MARGIN, color="grey", linewidth=0.8, linestyle=":",
+               label=f"paid (≥ {1 + PROFIT_MARGIN:g}×)")
+    if x_feature:
+        ax.set_xscale("log")
+        ax.set_xlabel(x_feature + (f" ({left_out} case(s) without it left out)" if left_out else ""))
+    else:
+        ax.set_xticks(range(len(cases)), cases, rotation=30, ha="right", fontsize=7)
+        ax.set_xlabel("case")
+    if not seen:
+        ax.text(0.5, 0.5, "no measured speedups for this skill", ha="center", va="center", transform=ax.transAxes)
+    ax.set_ylabel("speedup of the optimization (×)")
+    ax.set_title(title or "skill effect by case")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def save_png(fig: Figure, path: str | Path, dpi: int = 120) -> Path:
+    """Write ``fig`` as a PNG at ``path`` (parent folders created); return the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png", dpi=dpi)
+    return out
