@@ -1,0 +1,57 @@
+"""Shared helpers of the held-out checks: the held-out workload folders and a CPU validator pool.
+
+Validation runs under the Triton interpreter (``LocalValidator(device="cpu")``: static, compile,
+correctness on each workload's ``cpu_shapes``). Every job is its own subprocess, so a small thread
+pool runs two at a time; the machine is shared, so never more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from klineage.schema.manifest import WorkloadManifest, load_manifest
+
+ROOT = Path(__file__).resolve().parents[2]
+HELDOUT = ROOT / "heldout"
+EXPERT_WORKLOADS = frozenset({"gemm", "softmax", "layernorm", "attention", "cross_entropy"})
+CPU_GATES = ("static", "compile", "correctness")
+WORKERS = 2
+
+
+def heldout_dirs() -> list[Path]:
+    """Every held-out workload folder (a folder of ``heldout/`` with a manifest), by name."""
+    return sorted(p for p in HELDOUT.iterdir() if (p / "manifest.toml").is_file())
+
+
+def manifests() -> dict[str, WorkloadManifest]:
+    """The held-out manifests by workload name."""
+    return {d.name: load_manifest(d) for d in heldout_dirs()}
+
+
+def naive_sources() -> dict[str, str]:
+    """The naive candidate source of every held-out workload, by name."""
+    return {name: m.kernel_path.read_text(encoding="utf-8") for name, m in manifests().items()}
+
+
+def failed_gates(result: Mapping[str, Any]) -> list[str]:
+    """``gate: reason`` for every failed gate of a gate result (as a dict)."""
+    return [f"{g['gate']}: {g['reason']}" for g in result["gates"] if g["status"] == "fail"]
+
+
+def validate_all(jobs: Iterable[tuple[str, str, Path]], seeds: int = 1) -> dict[str, dict[str, Any]]:
+    """Validate ``(key, source, workload_dir)`` jobs on CPU, ``WORKERS`` at a time; gate results
+    (dicts) by key."""
+    from klineage.validator.client import LocalValidator
+
+    validator = LocalValidator(device="cpu", seeds=seeds)
+    todo = list(jobs)
+
+    def one(job: tuple[str, str, Path]) -> tuple[str, dict[str, Any]]:
+        key, source, workload = job
+        return key, validator.validate(source, workload, gates=CPU_GATES).to_dict()
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        return dict(pool.map(one, todo))
