@@ -2,7 +2,10 @@
 
 ``replay_source`` is pure: it starts from the most simplified kernel of a walk and applies the
 operators of the accepted steps in reverse walk order (the last optimization removed is the first one
-added back), each with the parameters its simplification recorded. ``replay_report`` compares the
+added back), each with the parameters its simplification recorded (what it removed). When today's
+operator library still reproduces a step exactly (``simplify(from) == to``) its parameters are taken
+from that fresh simplification, so that a lineage walked before an operator learned to record a
+parameter replays with it. ``replay_report`` compares the
 replayed kernel's times with the expert's, case by case, from two gate results measured on the same
 GPU. The caller (CLI, bench script) runs the gates.
 """
@@ -15,6 +18,7 @@ from typing import Any
 
 from klineage.ingest.walker import accepted_path, case_key, naive_end
 from klineage.schema.gate_result import GateResult
+from klineage.schema.ids import kernel_sha
 from klineage.transforms.registry import get_operator
 
 THRESHOLD = 0.9
@@ -67,10 +71,14 @@ class ReplayReport:
 def replay_source(doc: Mapping[str, Any]) -> tuple[str, tuple[ReplayStep, ...]]:
     """The kernel rebuilt from the walk's naive end by applying its accepted steps forward."""
     source = naive_end(doc)
+    sources = {k["sha"]: k["source"] for k in doc["kernels"]}
     log: list[ReplayStep] = []
     for step in reversed(accepted_path(doc)):
         op = get_operator(step["operator"])
         params = dict(step.get("params") or {})
+        fresh = op.simplify(sources[step["from"]]) if step["from"] in sources else None
+        if fresh is not None and kernel_sha(fresh.source) == step["to"]:
+            params = dict(fresh.params)
         try:
             rewrite = op.apply(source, **params)
         except TypeError:  # parameters that name what simplify removed rather than what apply takes

@@ -121,6 +121,16 @@ def _times(perf: GateResult | None) -> tuple[dict[str, float], dict[str, float],
     return times, vendor, cases
 
 
+def _split(result: GateResult) -> tuple[GateResult, GateResult | None]:
+    """Split an all-gates result into the checking part and the performance part."""
+    from dataclasses import replace
+
+    check = replace(result, gates=tuple(g for g in result.gates if g.gate != "performance"))
+    perf_gates = tuple(g for g in result.gates if g.gate in PERF_GATES)
+    ran = any(g.gate == "performance" and g.status != "skipped" for g in perf_gates)
+    return check, (replace(result, gates=perf_gates) if ran or check.verdict == "pass" else None)
+
+
 def cost(current: Measurement, candidate: Measurement) -> float | None:
     """Geometric mean over common cases of candidate ms / current ms (None when either was not timed)."""
     common = [k for k in candidate.times_ms if k in current.times_ms]
@@ -183,8 +193,17 @@ class Walker:
         return validator.validate(source, self.workload_dir, PERF_GATES)
 
     def measure_many(self, sources: Sequence[str], validator: Any = None) -> list[Measurement]:
-        """Gate ``sources``: checking jobs ``parallel`` at a time, then performance jobs one by one."""
+        """Gate ``sources``: checking jobs ``parallel`` at a time, then performance jobs one by one.
+
+        A single source is gated in one job (all gates): nothing runs beside it, and one worker start
+        and one compilation are saved.
+        """
         validator = validator or self.validator
+        if len(sources) == 1:
+            result = validator.validate(sources[0], self.workload_dir, (*CHECK_GATES, "performance"))
+            check, perf = _split(result)
+            times, vendor, cases = _times(perf)
+            return [Measurement(kernel_sha(sources[0]), check, perf, times, vendor, cases)]
         with ThreadPoolExecutor(max_workers=max(1, self.options.parallel)) as pool:
             checks = list(pool.map(self._check, sources))
         out = []
