@@ -98,9 +98,9 @@ def walk(
         err.print(f"[bold red]walk not started:[/] {exc}")
         raise typer.Exit(1) from exc
     if not no_skills:
-        from klineage.ingest.extract import fill_skills
+        from klineage.ingest.extract import extract_skills
 
-        doc = fill_skills(doc)
+        doc["skills"] = extract_skills(doc)
     _write_atomic(target, doc)
     accepted = sum(1 for s in doc["steps"] if s["accepted"])
     state = "complete" if doc.get("complete", True) else "INCOMPLETE (resume with --resume)"
