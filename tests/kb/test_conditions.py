@@ -250,3 +250,11 @@ def test_kernel_vocabulary_covers_what_the_source_analysis_computes() -> None:
     features = pytest.importorskip("klineage.transforms.features")
     missing = set(features.KERNEL_FEATURES) - set(KERNEL_FEATURES)
     assert not missing, f"kernel features computed by transforms but unknown to conditions: {sorted(missing)}"
+
+
+def test_every_operator_anchor_predicate_is_a_valid_condition() -> None:
+    """Skills carry their operator's anchor predicate into the KB, which refuses invalid expressions."""
+    from klineage.transforms.registry import all_operators
+
+    for op in all_operators():
+        validate_condition(op.anchor_predicate)

@@ -564,8 +564,8 @@ class NumWarps(Operator):
     name = "Match warps to the tile"
     intent = "Set the warps per program from the tile size so wide rows and big tiles get enough threads."
     carrier = "num_warps at the launch or in the autotune configs"
-    anchor_predicate = "n_kernels >= 1 and num_warps == None"
-    anchor_description = "a kernel launched without num_warps (the default 4 warps)"
+    anchor_predicate = "n_kernels >= 1"
+    anchor_description = "any kernel launch: num_warps set from the tile size (or changed from the default 4)"
 
     def _sites(self, m: Module) -> list[tuple[Kernel, ast.Call, ast.expr]]:
         out = []
