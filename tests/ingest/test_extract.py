@@ -1,0 +1,188 @@
+"""Skill extraction on a synthetic lineage (an accepted step and a rejection of each gate kind) and on
+the sample fixtures; merging across lineages; ENABLES on a real expert kernel."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from klineage.ingest.extract import (
+    enables_of,
+    extract_skills,
+    merge_skills,
+    shape_features,
+    skill_instances,
+)
+from klineage.kb.conditions import evaluate, validate_condition
+from klineage.schema.ids import kernel_sha
+from klineage.schema.lineage_document import parse_lineage_document
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "lineages"
+BIG = "bf16 {'M': 16384, 'N': 16384, 'K': 16384}"
+
+
+def fixture(name: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / f"{name}.sample.json").read_text(encoding="utf-8"))
+
+
+def timing(m: int, k: int, from_ms: float, to_ms: float) -> dict[str, Any]:
+    return {"shape": {"M": m, "N": m, "K": k}, "dtype": "bf16", "from_ms": from_ms, "to_ms": to_ms}
+
+
+def synthetic() -> dict[str, Any]:
+    """The gemm fixture's kernels with steps made up to exercise every rule."""
+    data = fixture("gemm")
+    k0, k1, k2, k3 = (k["sha"] for k in data["kernels"])
+    data["steps"] = [
+        {"index": 0, "operator": "grouped-order", "params": {"GROUP_M": 8}, "from": k0, "to": k1, "accepted": True,
+         "timings": [timing(8192, 8192, 1.0, 1.1), timing(8192, 512, 0.2, 0.19), timing(4096, 4096, 0.2, 0.22)]},
+        {"index": 1, "operator": "fp32-accumulate", "from": k1, "to": None, "accepted": False, "gate": "correctness",
+         "reason": "bf16 {'M': 4096, 'N': 4096, 'K': 4096} seed 2 (normal): max rel err 4e-2 > 2e-2"},
+        {"index": 2, "operator": "tile-size", "params": {"BLOCK_M": 128}, "from": k1, "to": k2, "accepted": True,
+         "timings": [timing(8192, 8192, 1.8, 3.8), timing(4096, 4096, 0.22, 0.47), timing(1024, 1024, 0.0052, 0.0051)]},
+        {"index": 3, "operator": "tile-size", "from": k2, "to": k3, "accepted": False, "gate": "compile",
+         "reason": "out of resources: shared memory 266240 > 232448",
+         "gate_runs": [{"kernel_sha": k3, "gates": [{"gate": "compile", "status": "fail", "reason": "oor",
+                                                    "metrics": {"case": BIG}}]}]},
+        {"index": 4, "operator": "grouped-order", "from": k2, "to": k3, "accepted": False, "gate": "policy",
+         "reason": "a cycle", "timings": [timing(8192, 512, 0.2, 0.18)]},
+        {"index": 5, "operator": "num-warps", "params": {"num_warps": 8}, "from": k2, "to": k3, "accepted": True,
+         "timings": [timing(8192, 8192, 3.8, 4.4), timing(1024, 1024, 0.0051, 0.005)]},
+        {"index": 6, "operator": "num-warps", "from": k3, "to": k2, "accepted": False, "gate": "performance",
+         "reason": f"timing failed on {BIG}: illegal memory access",
+         "gate_runs": [{"kernel_sha": k2, "gates": [{"gate": "performance", "status": "fail", "reason": "x",
+                                                    "metrics": {"rows": [{"shape": {"M": 2048, "N": 2048, "K": 2048},
+                                                                          "dtype": "bf16"}]}}]}]},
+    ]
+    data["skills"] = []
+    return data
+
+
+def by_op(skills: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {s["operator"]: s for s in skills}
+
+
+def paid(t: dict[str, Any]) -> bool:
+    return t["to_ms"] / t["from_ms"] >= 1.03
+
+
+def test_synthetic_lineage_gives_skills_that_the_schema_accepts() -> None:
+    data = synthetic()
+    skills = extract_skills(data)
+    assert [s["operator"] for s in skills] == ["grouped-order", "tile-size", "num-warps"]  # fp32: rejected only
+    data["skills"] = skills
+    parse_lineage_document(data)  # schema + "skills cite accepted steps"
+    for s in skills:
+        for c in (*s["valid_when"], *s["profitable_when"]):
+            validate_condition(c["expr"])
+        assert s["name"] and s["intent"] and s["anchor"]["description"]
+
+
+def test_profitable_rule_separates_the_measured_shapes() -> None:
+    data = synthetic()
+    skills = by_op(extract_skills(data))
+    for op, index in (("grouped-order", 0), ("tile-size", 2)):
+        cond = skills[op]["profitable_when"][0]
+        assert cond["source"] == "induced" and cond["accuracy"] == 1.0 and cond["support"] == 3
+        for t in data["steps"][index]["timings"]:
+            assert evaluate(cond["expr"], shape_features(t["shape"], t["dtype"])).value is paid(t)
+    assert skills["grouped-order"]["transform"] == {"operator": "grouped-order", "params": {"GROUP_M": 8}}
+
+
+def test_rejections_become_risks_and_valid_when() -> None:
+    skills = by_op(extract_skills(synthetic()))
+    tile = skills["tile-size"]
+    assert {r["kind"] for r in tile["risks"]} == {"out-of-resources"}
+    valid = tile["valid_when"][0]
+    assert valid["source"] == "gate-failure" and "16384" in valid["description"]
+    assert evaluate(valid["expr"], shape_features({"M": 16384, "N": 16384, "K": 16384}, "bf16")).value is False
+    assert evaluate(valid["expr"], shape_features({"M": 4096, "N": 4096, "K": 4096}, "bf16")).value is True
+    warps = skills["num-warps"]
+    assert "runtime-failure" in {r["kind"] for r in warps["risks"]}
+    assert warps["valid_when"] and warps["valid_when"][0]["support"] == 4  # 2 accepted + 1 timed row + 1 failure
+    grouped = {r["kind"]: r for r in skills["grouped-order"]["risks"]}
+    assert "regression" in grouped  # the policy rejection measured the simplified kernel faster
+    regressions = [r["description"] for r in skills["grouped-order"]["risks"] if r["kind"] == "regression"]
+    assert any("11.1%" in d for d in regressions) and any("K=512" in d for d in regressions)
+
+
+def test_correctness_failure_is_a_risk_not_a_valid_when() -> None:
+    merged = {m.operator: m for m in merge_skills([skill_instances(synthetic())])}
+    fp32 = merged["fp32-accumulate"]
+    assert not fp32.accepted and fp32.valid is None and fp32.profitable is None
+    assert [r.kind for r in fp32.risks] == ["wrong-results"]
+    assert fp32.risks[0].description.startswith("wrong results without it")
+
+
+@pytest.mark.parametrize("name", ["gemm", "softmax"])
+def test_fixtures_extract_and_parse(name: str) -> None:
+    data = fixture(name)
+    skills = extract_skills(data)
+    accepted_ops = {s["operator"] for s in data["steps"] if s["accepted"]}
+    assert {s["operator"] for s in skills} == accepted_ops
+    doc = parse_lineage_document({**data, "skills": skills})
+    assert len(doc.data["skills"]) == len(accepted_ops)
+
+
+def test_fixture_rules_gemm_and_softmax() -> None:
+    gemm = by_op(extract_skills(fixture("gemm")))
+    assert gemm["grouped-order"]["profitable_when"][0]["expr"] == "K >= 2304"  # paid at K = 4096, 8192; not 512
+    softmax = by_op(extract_skills(fixture("softmax")))
+    exp2 = softmax["exp2"]["profitable_when"][0]
+    assert exp2["expr"] == "False" and "none of the 3" in exp2["description"]  # never paid >= 3%: said, not hidden
+
+
+def test_merge_across_lineages_reinduces_on_shared_features() -> None:
+    gemm, softmax = fixture("gemm"), fixture("softmax")
+    merged = {m.operator: m for m in merge_skills([skill_instances(gemm), skill_instances(softmax)])}
+    warps = merged["num-warps"]
+    assert warps.workloads == ("gemm", "softmax") and len(warps.effects) == 6
+    assert warps.profitable is not None and warps.profitable.support == 6
+    expr = warps.profitable.expr
+    validate_condition(expr)
+    for name in ("M", "N", "K", "rows", "cols"):  # not every point has them
+        assert name not in expr.replace("numel", "").split()
+    for e in warps.effects:  # the rule is never unknown on its own evidence
+        assert evaluate(expr, e.features()).value is not None
+    # one lineage alone induces from its own 3 points
+    alone = {m.operator: m for m in merge_skills([skill_instances(gemm)])}
+    assert alone["num-warps"].profitable is not None and alone["num-warps"].profitable.support == 3
+
+
+def test_enables_when_removing_one_optimization_takes_the_others_place_away() -> None:
+    from klineage.transforms.registry import get_operator, operator_ids
+
+    if "online-softmax" not in operator_ids():
+        pytest.skip("the online-softmax operator is not registered in this tree")
+    exp2, online = get_operator("exp2"), get_operator("online-softmax")
+    frontier = [(ROOT / "workloads" / "cross_entropy" / "expert.py").read_text(encoding="utf-8")]
+    pair = None
+    for _ in range(4):  # find a kernel where removing exp2 makes online-softmax inapplicable
+        nxt = []
+        for src in frontier:
+            rewrite = exp2.simplify(src)
+            if rewrite is not None and online.applicable(src) and not online.applicable(rewrite.source):
+                pair = (src, rewrite.source)
+                break
+            from klineage.transforms.registry import all_operators
+
+            nxt += [r.source for op in all_operators() if (r := op.simplify(src)) is not None]
+        if pair:
+            break
+        frontier = nxt[:12]
+    assert pair is not None
+    before, after = pair
+    start = copy.deepcopy(before) + "\n# start\n"
+    kernels = {kernel_sha(s): s for s in (start, before, after)}
+    sha = {s: kernel_sha(s) for s in (start, before, after)}
+    steps = [{"index": 0, "operator": "online-softmax", "from": sha[start], "to": sha[before], "accepted": True},
+             {"index": 1, "operator": "exp2", "from": sha[before], "to": sha[after], "accepted": True}]
+    data = {"kernels": [{"sha": k, "source": v} for k, v in kernels.items()], "steps": steps}
+    assert enables_of(data) == {"exp2": ("online-softmax",)}
+    reverse = [{**steps[1], "index": 0}, {**steps[0], "index": 1}]  # exp2 removed first: nothing was enabled
+    assert enables_of({**data, "steps": reverse}) == {}
