@@ -79,6 +79,16 @@ def _fmt(x: float | None) -> str:
 def _context_pairs(pairs: list[str]) -> dict[str, Any]:
     context: dict[str, Any] = {}
     for pair in pairs:
+        if pair.lstrip().startswith("{"):
+            try:
+                obj = json.loads(pair)
+            except json.JSONDecodeError as exc:
+                raise _fail(f"--context {pair!r}: not a JSON object ({exc.msg}); expected NAME=VALUE "
+                            "or a JSON object such as '{\"M\": 4096, \"dtype\": \"bf16\"}'") from exc
+            if not isinstance(obj, dict):
+                raise _fail(f"--context {pair!r}: expected a JSON object of feature name to value")
+            context.update(obj)
+            continue
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise _fail(f"--context {pair!r}: expected NAME=VALUE, e.g. --context M=4096")
@@ -202,9 +212,11 @@ def ingest(paths: Annotated[list[Path], typer.Argument(help="Lineage document fi
 def search(
     text: Annotated[str | None, typer.Argument(help="What you want to do, in words.")] = None,
     context: Annotated[list[str] | None, typer.Option("--context", "-c",
-                       help="Problem feature NAME=VALUE (repeatable), e.g. -c M=4096 -c dtype=bf16.")] = None,
-    kernel: Annotated[Path | None, typer.Option(help="A Triton kernel file: its static features "
-                                                "decide which anchors are present.")] = None,
+                       help="Problem feature NAME=VALUE (repeatable), e.g. -c M=4096 -c dtype=bf16, or a "
+                       "JSON object, e.g. -c '{\"M\": 4096, \"dtype\": \"bf16\"}'.")] = None,
+    kernel: Annotated[Path | None, typer.Option(help="A Triton kernel file: only skills whose operator "
+                                                "can be added to it (its detect finds a place) and whose "
+                                                "conditions hold are applicable.")] = None,
     workload: Annotated[Path | None, typer.Option(help="A workload folder: the context is filled from its "
                                                   "first shape and dtype.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=100)] = 10,
@@ -213,7 +225,7 @@ def search(
     """Find skills for a text, a problem context and/or a kernel, each hit explained."""
     ctx = _context_from_workload(workload) if workload else {}
     ctx.update(_context_pairs(context or []))
-    features = summary = None
+    facts: dict[str, Any] = {}
     if kernel is not None:
         if not kernel.is_file():
             raise _fail(f"--kernel {kernel}: no such file")
@@ -221,15 +233,14 @@ def search(
             source = kernel.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
             raise _fail(f"--kernel {kernel}: expected UTF-8 Python source") from exc
-        from klineage.transforms.features import kernel_features, kernel_summary
+        from klineage.graphql.kernel_facts import kernel_facts
 
         try:
-            features, summary = kernel_features(source), kernel_summary(source)
+            facts = kernel_facts(source).search_kwargs()
         except SyntaxError as exc:
             raise _fail(f"--kernel {kernel}: line {exc.lineno}: {exc.msg}") from exc
     try:
-        hits = _kb().search(text=text, context=ctx or None, kernel_features=features, kernel_summary=summary,
-                            limit=limit)
+        hits = _kb().search(text=text, context=ctx or None, limit=limit, **facts)
     except ValueError as exc:
         raise _fail(str(exc)) from exc
     if as_json:

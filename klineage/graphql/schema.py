@@ -57,11 +57,13 @@ class HasApiToken(BasePermission):
         return hmac.compare_digest(header.removeprefix("Bearer ").strip(), expected)
 
 
-def _kernel_facts(source: str) -> tuple[dict[str, Any], str]:
-    from klineage.transforms.features import kernel_features, kernel_summary
+def _kernel_facts(source: str) -> dict[str, Any]:
+    """``KnowledgeBase.search`` keyword arguments for a kernel source (features, summary, operator
+    anchors), the same ones the CLI passes; GraphQLError when the source does not parse."""
+    from klineage.graphql.kernel_facts import kernel_facts
 
     try:
-        return kernel_features(source), kernel_summary(source)
+        return kernel_facts(source).search_kwargs()
     except SyntaxError as exc:
         raise GraphQLError(f"kernelSource: expected Python source that parses ({exc.msg}, line {exc.lineno})") \
             from exc
@@ -97,11 +99,10 @@ class Query:
             raise GraphQLError(f"limit: expected 1..{MAX_LIMIT}, got {limit}")
         if context is not None and not isinstance(context, dict):
             raise GraphQLError("context: expected a JSON object of feature name to value")
-        features, summary = _kernel_facts(kernel_source) if kernel_source else (None, None)
+        kernel = _kernel_facts(kernel_source) if kernel_source else {}
         kb = info.context.kb
         try:
-            hits = await asyncio.to_thread(kb.search, text=text, context=context, kernel_features=features,
-                                           kernel_summary=summary, limit=limit)
+            hits = await asyncio.to_thread(kb.search, text=text, context=context, limit=limit, **kernel)
         except ValueError as exc:
             raise GraphQLError(str(exc)) from exc
         return [hit_to_graphql(h) for h in hits]

@@ -12,8 +12,14 @@ The pipeline is a few small, composable pieces:
    skill with relevance 1.
 3. **Conditions**: every candidate's anchor, VALID_WHEN and PROFITABLE_WHEN conditions are
    evaluated (three-valued) against the context's problem features plus the kernel's features.
-   Applicability: NOT_APPLICABLE when a VALID_WHEN condition or the anchor is false; APPLICABLE
-   when all are true; otherwise UNKNOWN.
+   With a kernel, the caller may also pass ``operator_anchors``: for each operator id it knows,
+   whether the operator's own ``detect`` finds a place to *add* it in the kernel ("applicable"),
+   finds it already there ("present": nothing to recommend) or finds nothing ("absent"). A skill
+   recommends adding its operator's optimization, so its anchor holds only where that state is
+   "applicable" (and its stored anchor predicate is not false); "present" and "absent" make it
+   NOT_APPLICABLE with a line saying so. ``kb`` never imports ``transforms``: the caller computes
+   the states (``klineage.graphql.kernel_facts``). Applicability: NOT_APPLICABLE when a
+   VALID_WHEN condition or the anchor is false; APPLICABLE when all are true; otherwise UNKNOWN.
 4. **Ranking**: ``score = relevance × expected gain × confidence``. Expected gain is the measured
    speedup at the evidence shape nearest to the context's shape (log-distance over the shape
    features both have; a different dtype counts as a distance of 0.5), or the skill's median
@@ -61,6 +67,10 @@ FULLTEXT_INDEX = FULLTEXT_INDEXES[0].name
 _FALSE, _UNKNOWN, _TRUE = 0, 1, 2  # Kleene truth values as ordered codes: AND is min, OR is max
 _SHAPE_FEATURES = ("M", "N", "K", "B", "H", "S", "D", "rows", "cols", "vocab")
 
+#: The states an operator's anchor can have in a kernel (``OperatorAnchor.state``).
+ANCHOR_APPLICABLE, ANCHOR_PRESENT, ANCHOR_ABSENT = "applicable", "present", "absent"
+ANCHOR_STATES = (ANCHOR_APPLICABLE, ANCHOR_PRESENT, ANCHOR_ABSENT)
+
 
 class SearchError(ValueError):
     """A search that cannot be answered as asked (nothing to search for, a bad context); says why."""
@@ -77,6 +87,7 @@ class ConditionCheck:
     unknown: tuple[str, ...] = ()
     error: str | None = None
     values: Mapping[str, Any] = field(default_factory=dict)
+    note: str | None = None
 
     @property
     def status(self) -> str:
@@ -84,7 +95,10 @@ class ConditionCheck:
         return {True: "passed", False: "failed", None: "unknown"}[self.value]
 
     def explain(self) -> str:
-        """One line: the condition and, unless it simply held, which clause decided and on what values."""
+        """One line: the condition and, unless it simply held, which clause decided and on what values
+        (an operator-anchor check is its ``note``, already a sentence)."""
+        if self.note:
+            return self.note
         head = f"{self.kind}: {self.expr}"
         if self.value is True:
             return head
@@ -95,6 +109,60 @@ class ConditionCheck:
         if self.error:
             return f"{head} — cannot evaluate: {self.error}"
         return f"{head} — `{self.decided_by}` unknown: missing {', '.join(self.unknown) or 'features'}"
+
+
+@dataclass(frozen=True)
+class OperatorAnchor:
+    """What a kernel's source says about one operator, computed by the caller with the operator's
+    ``detect``: ``state`` is "applicable" (a place to add it), "present" (already there) or
+    "absent" (no place at all); ``detail`` says where (applicable, present) or why not (absent), for
+    explanations."""
+
+    state: str
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.state not in ANCHOR_STATES:
+            raise SearchError(f"operator anchor state {self.state!r}: expected one of {', '.join(ANCHOR_STATES)}")
+
+
+def operator_anchor_check(operator: str, anchor: OperatorAnchor | None, description: str) -> ConditionCheck:
+    """The explained verdict of a skill's operator anchor in the kernel (``description``: the skill's
+    anchor description, used when the caller gave no detail); unknown when the caller gave no state."""
+    expr = f"operator {operator} anchor in the kernel"
+    if anchor is None:
+        return ConditionCheck("anchor", expr, None, expr, ("operator anchor",),
+                              note=f"anchor unknown: {operator} is not an operator the caller could detect")
+    if anchor.state == ANCHOR_ABSENT:
+        detail = anchor.detail or (f"it needs {description}" if description else "")
+        note = f"anchor absent: nowhere in the kernel to add {operator}" + (f" ({detail})" if detail else "")
+        return ConditionCheck("anchor", expr, False, expr, note=note)
+    detail = anchor.detail
+    if anchor.state == ANCHOR_APPLICABLE:
+        note = f"anchor applicable: {operator} can be added in the kernel" + (f" at {detail}" if detail else "")
+        return ConditionCheck("anchor", expr, True, expr, note=note)
+    if anchor.state == ANCHOR_PRESENT:
+        note = (f"anchor present: {operator} is already in the kernel" + (f" ({detail})" if detail else "")
+                + "; nothing to add")
+    return ConditionCheck("anchor", expr, False, expr, note=note)
+
+
+def _operator_anchors(value: Mapping[str, Any] | None) -> dict[str, OperatorAnchor] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise SearchError("operator_anchors: expected a mapping of operator id to anchor state")
+    out: dict[str, OperatorAnchor] = {}
+    for op, anchor in value.items():
+        if isinstance(anchor, OperatorAnchor):
+            out[str(op)] = anchor
+        elif isinstance(anchor, str):
+            out[str(op)] = OperatorAnchor(anchor)
+        elif isinstance(anchor, Mapping):
+            out[str(op)] = OperatorAnchor(str(anchor.get("state", "")), str(anchor.get("detail", "") or ""))
+        else:
+            raise SearchError(f"operator_anchors[{op!r}]: expected a state ({', '.join(ANCHOR_STATES)})")
+    return out
 
 
 @dataclass(frozen=True)
@@ -412,13 +480,15 @@ def _has_shape(env: Mapping[str, Any]) -> bool:
 
 @dataclass(frozen=True)
 class SearchRequest:
-    """A checked search request: text, problem features, kernel features, kernel summary, limit."""
+    """A checked search request: text, problem features, kernel features, kernel summary, limit, and
+    the kernel's operator anchors (None: not computed; the stored anchor predicates decide alone)."""
 
     text: str | None
     problem: Mapping[str, Any]
     kernel: Mapping[str, Any] | None
     kernel_summary: str | None
     limit: int
+    operator_anchors: Mapping[str, OperatorAnchor] | None = None
 
     @property
     def env(self) -> dict[str, Any]:
@@ -433,9 +503,13 @@ class SearchRequest:
 
 def make_request(text: str | None = None, context: Mapping[str, Any] | None = None,
                  kernel_features: Mapping[str, Any] | None = None, kernel_summary: str | None = None,
-                 limit: int = 10) -> SearchRequest:
+                 limit: int = 10, operator_anchors: Mapping[str, Any] | None = None) -> SearchRequest:
     """Check and normalize search arguments; SearchError when there is nothing to search for or an
-    argument is malformed (unknown context feature, bad value, limit < 1)."""
+    argument is malformed (unknown context feature, bad value, limit < 1, an operator anchor state
+    other than applicable/present/absent, operator anchors without kernel features).
+
+    ``operator_anchors`` maps operator ids to ``OperatorAnchor`` (or its state string, or a mapping
+    with ``state`` and ``detail``)."""
     if text is not None and not isinstance(text, str):
         raise SearchError(f"text: expected a string, got {type(text).__name__}")
     if context is not None and not isinstance(context, Mapping):
@@ -455,7 +529,10 @@ def make_request(text: str | None = None, context: Mapping[str, Any] | None = No
     except FeatureError as exc:
         raise SearchError(f"context: {exc}") from exc
     kernel = kernel_feature_values(kernel_features) if kernel_features is not None else None
-    return SearchRequest(clean_text, problem, kernel, summary, limit)
+    anchors = _operator_anchors(operator_anchors)
+    if anchors is not None and kernel is None:
+        raise SearchError("operator_anchors: only meaningful with the kernel's features (kernel_features)")
+    return SearchRequest(clean_text, problem, kernel, summary, limit, anchors)
 
 
 def search_skills(request: SearchRequest, store: GraphStore, catalog_for: Callable[[Sequence[str] | None],
@@ -479,6 +556,8 @@ def search_skills(request: SearchRequest, store: GraphStore, catalog_for: Callab
     env = request.env
     _, verdicts = catalog.verdicts(env)
     anchor, valid, profit = catalog.kleene(env)
+    if request.operator_anchors is not None:
+        anchor = np.minimum(anchor, _operator_codes(catalog, request.operator_anchors))
     n = len(catalog.ids)
     if request.context_only:
         relevance = np.ones(n, dtype=np.float64)
@@ -524,7 +603,7 @@ def search_skills(request: SearchRequest, store: GraphStore, catalog_for: Callab
     for t, neg_score, i in best_keys:
         gain, basis = exact[i]
         state = NOT_APPLICABLE if t else (APPLICABLE if applicable[i] else UNKNOWN)
-        checks = _checks(catalog, i, verdicts, env)
+        checks = _checks(catalog, i, verdicts, env, request.operator_anchors)
         hits.append(SkillHit(
             skill=catalog.skills[i], score=0.0 if t else -neg_score, applicable=state,
             relevance=float(relevance[i]), expected_gain=gain, confidence=float(catalog.confidence[i]),
@@ -548,9 +627,22 @@ def _expected_gain(catalog: SkillCatalog, i: int, env: Mapping[str, Any], shaped
     return gain, basis
 
 
-def _checks(catalog: SkillCatalog, i: int, verdicts: Sequence[Verdict | None], env: Mapping[str, Any]
-            ) -> tuple[ConditionCheck, ...]:
+def _operator_codes(catalog: SkillCatalog, anchors: Mapping[str, OperatorAnchor]) -> np.ndarray:
+    """Per skill, the Kleene code of its operator's anchor in the kernel: true where applicable,
+    false where present or absent, unknown for an operator the caller did not detect."""
+    codes = np.empty(len(catalog.ids), dtype=np.int8)
+    for i, skill in enumerate(catalog.skills):
+        found = anchors.get(skill.operator)
+        codes[i] = _UNKNOWN if found is None else _TRUE if found.state == ANCHOR_APPLICABLE else _FALSE
+    return codes
+
+
+def _checks(catalog: SkillCatalog, i: int, verdicts: Sequence[Verdict | None], env: Mapping[str, Any],
+            anchors: Mapping[str, OperatorAnchor] | None = None) -> tuple[ConditionCheck, ...]:
     out: list[ConditionCheck] = []
+    if anchors is not None:
+        skill = catalog.skills[i]
+        out.append(operator_anchor_check(skill.operator, anchors.get(skill.operator), skill.anchor.description))
     slot = int(catalog.anchor_slot[i])
     if slot:
         out.append(catalog.check("anchor", slot, verdicts, env))

@@ -228,11 +228,12 @@ class KnowledgeBase:
 
     def search(self, text: str | None = None, context: Mapping[str, Any] | None = None,
                kernel_features: Mapping[str, Any] | None = None, kernel_summary: str | None = None,
-               limit: int = 10) -> list[SkillHit]:
-        """Skills ranked for a text, a problem context and/or a kernel (its static features and its
-        summary), each hit explained (``kb.search``). SearchError (a ValueError) when there is nothing
+               limit: int = 10, operator_anchors: Mapping[str, Any] | None = None) -> list[SkillHit]:
+        """Skills ranked for a text, a problem context and/or a kernel (its static features, its
+        summary and its operator anchors: operator id -> applicable/present/absent, computed by the
+        caller), each hit explained (``kb.search``). SearchError (a ValueError) when there is nothing
         to search for or an argument is malformed."""
-        request = make_request(text, context, kernel_features, kernel_summary, limit)
+        request = make_request(text, context, kernel_features, kernel_summary, limit, operator_anchors)
         needs_vector = bool(request.text or request.kernel_summary)
         embed = self.embedder.embed_query if needs_vector else None
         return search_skills(request, self.store, self._catalog_for, embed)

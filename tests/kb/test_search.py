@@ -14,6 +14,7 @@ from klineage.kb.search import (
     APPLICABLE,
     NOT_APPLICABLE,
     UNKNOWN,
+    OperatorAnchor,
     SearchError,
     SkillHit,
     _Point,
@@ -242,3 +243,66 @@ def test_a_stored_condition_outside_the_language_is_reported_not_fatal(tmp_path:
     hit = KnowledgeBase(store).search(context={"M": 1}, limit=1)[0]
     assert hit.applicable == UNKNOWN
     assert "cannot evaluate: a function call" in hit.unknown[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# operator anchors: the caller's detect says where each operator could be ADDED to the kernel
+
+GEMM_ANCHORS = {"tile-size": OperatorAnchor("applicable", "BLOCK_M=32 in matmul (line 9)"),
+                "grouped-order": "present", "num-warps": {"state": "applicable", "detail": "launch (line 20)"},
+                "exp2": OperatorAnchor("absent", "it needs tl.exp calls in softmax-like code")}
+
+
+def test_operator_anchors_decide_what_can_be_added(kb: KnowledgeBase) -> None:
+    context = {"M": 8192, "N": 8192, "K": 8192, "dtype": "bf16", "arch": 90, "cols": 8192}
+    kernel_only = by_operator(kb.search(context=context, kernel_features=GEMM_KERNEL,
+                                        operator_anchors=GEMM_ANCHORS, limit=10))
+    assert set(kernel_only) == {"tile-size", "num-warps"}  # anchor retrieval skips present/absent ones
+    hits = by_operator(kb.search(text="matrix multiply", context=context, kernel_features=GEMM_KERNEL,
+                                 operator_anchors=GEMM_ANCHORS, limit=10))
+    assert hits["tile-size"].applicable == APPLICABLE
+    assert "anchor applicable: tile-size can be added in the kernel at BLOCK_M=32 in matmul (line 9)" \
+        in hits["tile-size"].passed
+    # grouped-order's stored anchor holds on these features, but the kernel already has it
+    grouped = hits["grouped-order"]
+    assert grouped.applicable == NOT_APPLICABLE and grouped.score == 0.0
+    assert any(line.startswith("anchor present: grouped-order is already in the kernel") for line in grouped.failed)
+    assert hits["num-warps"].applicable == APPLICABLE  # num_warps=8 >= 4 and cols <= 65536
+    check_order(list(hits.values()))
+    assert hits["exp2"].applicable == NOT_APPLICABLE
+    assert ("anchor absent: nowhere in the kernel to add exp2 (it needs tl.exp calls in softmax-like code)"
+            in hits["exp2"].failed)
+
+
+def test_an_absent_anchor_overrides_a_stored_predicate_that_holds(kb: KnowledgeBase) -> None:
+    anchors = {"tile-size": "absent", "grouped-order": "absent", "num-warps": "absent", "exp2": "absent"}
+    hits = kb.search(text="matrix multiply tiles", context={"M": 4096, "N": 4096, "K": 4096, "arch": 90},
+                     kernel_features=GEMM_KERNEL, operator_anchors=anchors, limit=10)
+    assert hits and all(h.applicable == NOT_APPLICABLE for h in hits)
+    tile = by_operator(hits)["tile-size"]
+    assert any(line.startswith("anchor absent: nowhere in the kernel to add tile-size (it needs ")
+               for line in tile.failed), tile.failed  # the skill's own anchor description, given no detail
+
+
+def test_an_operator_the_caller_did_not_detect_is_unknown_not_guessed(kb: KnowledgeBase) -> None:
+    hits = by_operator(kb.search(context={"M": 8192, "N": 8192, "K": 8192, "arch": 90},
+                                 kernel_features=GEMM_KERNEL, operator_anchors={"tile-size": "applicable"},
+                                 limit=10))
+    assert hits["tile-size"].applicable == APPLICABLE
+    grouped = hits["grouped-order"]
+    assert grouped.applicable == UNKNOWN
+    assert any(line.startswith("anchor unknown: grouped-order") for line in grouped.unknown)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"kernel_features": GEMM_KERNEL, "operator_anchors": {"tile-size": "maybe"}}, "anchor state 'maybe'"),
+        ({"kernel_features": GEMM_KERNEL, "operator_anchors": ["tile-size"]}, "operator_anchors: expected"),
+        ({"kernel_features": GEMM_KERNEL, "operator_anchors": {"tile-size": 3}}, "operator_anchors"),
+        ({"text": "x", "operator_anchors": {"tile-size": "applicable"}}, "kernel_features"),
+    ],
+)
+def test_bad_operator_anchors_are_search_errors(kwargs: dict[str, Any], needle: str) -> None:
+    with pytest.raises(SearchError, match=needle):
+        make_request(**kwargs)
