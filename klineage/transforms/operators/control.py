@@ -34,6 +34,10 @@ from klineage.transforms._triton import (
 from klineage.transforms.features import derived_names, pid_derived
 from klineage.transforms.operator import Anchor, Operator, Rewrite
 from klineage.transforms.operators._common import Module, anchor, grid_tuple, parse, sm_names
+from klineage.transforms.operators._restore import (
+    check_params,
+    require_list,
+)
 
 
 def _has_dot(k: Kernel, m: Module) -> bool:
@@ -650,21 +654,39 @@ class MultiRow(Operator):
         m = parse(source)
         if m is None:
             return None
-        edits = {
-            Edit(*m.src.span(v), "1")
-            for k in m.kernels
-            for _, _, v in self._sites(m, k)
-            if not (isinstance(v, ast.Constant) and v.value == 1)
-        }
+        edits: set[Edit] = set()
+        sites = []
+        for k in m.kernels:
+            for j, (_, p, v) in enumerate(self._sites(m, k)):
+                if isinstance(v, ast.Constant) and v.value == 1:
+                    continue
+                e = Edit(*m.src.span(v), "1")
+                if e not in edits:
+                    edits.add(e)
+                    sites.append({"kernel": k.name, "index": j, "name": p, "value": m.src.seg(v)})
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+        return self._rewrite(source, apply_edits(source, edits), {"sites": sites}, "simplify")
 
-    def apply(self, source: str, tile_elems: int = 4096, **_: Any) -> Rewrite | None:
-        """Rows per program = ``max(1, min(tile_elems // BLOCK, 16))`` where it is 1."""
+    def apply(
+        self, source: str, tile_elems: int = 4096, sites: list[dict[str, Any]] | None = None, **params: Any
+    ) -> Rewrite | None:
+        """Rows per program = ``max(1, min(tile_elems // BLOCK, 16))`` where it is 1; with the
+        ``sites`` simplify recorded, the expert's rows-per-program expression where it was."""
+        check_params(self.id, params, ())
         m = parse(source)
         if m is None:
             return None
+        if require_list(self.id, "sites", sites) is not None:
+            redo = set()
+            for rec in sites:  # type: ignore[union-attr]
+                k = next((k for k in m.kernels if k.name == rec.get("kernel")), None)
+                ks = self._sites(m, k) if k is not None else []
+                j = rec.get("index")
+                if not isinstance(j, int) or not 0 <= j < len(ks) or ks[j][1] != rec.get("name"):
+                    return None
+                redo.add(Edit(*m.src.span(ks[j][2]), str(rec["value"])))
+            return self._rewrite(source, apply_edits(source, redo), {"sites": sites}, "apply")
         edits = set()
         for k in m.kernels:
             for la, p, v in self._sites(m, k):

@@ -46,6 +46,14 @@ from klineage.transforms.operators._common import (
     parse,
     set_int,
 )
+from klineage.transforms.operators._restore import (
+    check_params,
+    find_call,
+    kw_insert,
+    kw_record,
+    require_list,
+    where,
+)
 
 
 def _has_dot(k: Kernel, m: Module) -> bool:
@@ -527,19 +535,46 @@ class TileSize(Operator):
         m = parse(source)
         if m is None:
             return None
-        edits = [
-            set_int(m, s, self.small)
-            for _, s in self._sites(m, include_steps=True)
-            if (int_value(s) or 0) > self.small
-        ]
+        edits, sites = [], []
+        for j, (_, s) in enumerate(self._sites(m, include_steps=True)):
+            if (int_value(s) or 0) > self.small:
+                edits.append(set_int(m, s, self.small))
+                sites.append({"index": j, "name": s.name, "value": m.src.seg(s.node)})
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), {"tile": self.small}, "simplify")
+        return self._rewrite(
+            source, apply_edits(source, edits), {"tile": self.small, "sites": sites}, "simplify"
+        )
 
-    def apply(self, source: str, factor: int = 2, max_tile: int = 256, **_: Any) -> Rewrite | None:
-        """Multiply the output tile dimensions (not the K step) by ``factor``, capped at ``max_tile``."""
+    def apply(
+        self,
+        source: str,
+        factor: int = 2,
+        max_tile: int = 256,
+        sites: list[dict[str, Any]] | None = None,
+        tile: int | None = None,
+        **params: Any,
+    ) -> Rewrite | None:
+        """Multiply the output tile dimensions (not the K step) by ``factor``, capped at ``max_tile``;
+        with the ``sites`` simplify recorded, write back the expert's tile sizes where they were.
+        ``tile`` (the size simplify shrank to) is accepted and only checked against the sites."""
+        check_params(self.id, params, ())
         m = parse(source)
-        if m is None or factor < 2:
+        if m is None:
+            return None
+        if require_list(self.id, "sites", sites) is not None:
+            all_sites = self._sites(m, include_steps=True)
+            edits = []
+            for rec in sites:  # type: ignore[union-attr]
+                j = rec.get("index")
+                if not isinstance(j, int) or not 0 <= j < len(all_sites) or all_sites[j][1].name != rec.get("name"):
+                    return None
+                site = all_sites[j][1]
+                if tile is not None and int_value(site) != tile:
+                    return None
+                edits.append(Edit(*m.src.span(site.node), str(rec["value"])))
+            return self._rewrite(source, apply_edits(source, edits), {"sites": sites}, "apply")
+        if factor < 2:
             return None
         edits = []
         for _, s in self._sites(m, include_steps=False):
@@ -603,10 +638,29 @@ class NumWarps(Operator):
         m = parse(source)
         if m is None:
             return None
-        edits = [e for _, call, _ in self._sites(m) if (e := remove_keyword(m.src, call, "num_warps"))]
+        edits, sites = [], []
+        for k, call, _ in self._sites(m):
+            e = remove_keyword(m.src, call, "num_warps")
+            rec = kw_record(m.src, call, "num_warps")
+            if e is None or rec is None or e in edits:
+                continue
+            edits.append(e)
+            sites.append({**where(m, k, call), **rec})
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+        return self._rewrite(source, apply_edits(source, edits), {"sites": sites}, "simplify")
+
+    def _restore_keywords(
+        self, m: Module, source: str, name: str, sites: Any, params: dict[str, Any]
+    ) -> Rewrite | None:
+        edits = []
+        for rec in sites:
+            call = find_call(m, rec)
+            e = kw_insert(m.src, call, name, rec) if call is not None else None
+            if e is None:
+                return None
+            edits.append(e)
+        return self._rewrite(source, apply_edits(source, _merge_appends(edits)), params, "apply")
 
     def _config_warps(self, m: Module, k: Kernel, cfg: ast.Call) -> int | None:
         d = config_dict(cfg)
@@ -653,11 +707,17 @@ class NumWarps(Operator):
         prod = " * ".join(factors + ([str(lits)] if lits != 1 else []))
         return f"max(4, min({hi}, {prod} // {div}))"
 
-    def apply(self, source: str, num_warps: int | None = None, **_: Any) -> Rewrite | None:
-        """Add ``num_warps`` (given, or computed from the tile) to launches that have none."""
+    def apply(
+        self, source: str, num_warps: int | None = None, sites: list[dict[str, Any]] | None = None, **params: Any
+    ) -> Rewrite | None:
+        """Add ``num_warps`` (given, or computed from the tile) to launches that have none; with the
+        ``sites`` simplify recorded, put back exactly the expert's num_warps on each launch / config."""
+        check_params(self.id, params, ())
         m = parse(source)
         if m is None:
             return None
+        if require_list(self.id, "sites", sites) is not None:
+            return self._restore_keywords(m, source, "num_warps", sites, {"sites": sites})
         with_sites = {k.name for k, _, _ in self._sites(m)}
         edits = []
         for k in m.launched:
@@ -728,17 +788,34 @@ class Pipelining(Operator):
         m = parse(source)
         if m is None:
             return None
-        edits = [Edit(*m.src.span(v), "1") for _, _, v in self._sites(m) if (int_const(v) or 2) > 1]
+        edits, sites = [], []
+        for k, call, v in self._sites(m):
+            if (int_const(v) or 2) > 1:
+                edits.append(Edit(*m.src.span(v), "1"))
+                sites.append({**where(m, k, call), "value": m.src.seg(v)})
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+        return self._rewrite(source, apply_edits(source, edits), {"sites": sites}, "simplify")
 
-    def apply(self, source: str, num_stages: int | None = None, **_: Any) -> Rewrite | None:
+    def apply(
+        self, source: str, num_stages: int | None = None, sites: list[dict[str, Any]] | None = None, **params: Any
+    ) -> Rewrite | None:
         """Raise num_stages (default 4 for tl.dot K loops, 3 otherwise) where it is lower, or add it at
-        the launches of kernels with a loop of loads."""
+        the launches of kernels with a loop of loads; with the ``sites`` simplify recorded, write back
+        the expert's num_stages value at each launch / config / ``tl.range``."""
+        check_params(self.id, params, ())
         m = parse(source)
         if m is None:
             return None
+        if require_list(self.id, "sites", sites) is not None:
+            edits = []
+            for rec in sites:  # type: ignore[union-attr]
+                call = find_call(m, rec)
+                v = kwarg(call, "num_stages") if call is not None else None
+                if v is None:
+                    return None
+                edits.append(Edit(*m.src.span(v), str(rec["value"])))
+            return self._rewrite(source, apply_edits(source, edits), {"sites": sites}, "apply")
         edits: list[Edit] = []
         sites = self._sites(m)
         for k in m.launched:
@@ -852,22 +929,36 @@ class GroupedOrder(Operator):
         m = parse(source)
         if m is None:
             return None
-        edits = [
-            Edit(*m.src.span(v), "1")
-            for k in m.kernels
-            for _, v in self._sites(m, k)
-            if (int_const(v) or 0) > 1
-        ]
+        edits, sites = [], []
+        for k in m.kernels:
+            for j, (p, v) in enumerate(self._sites(m, k)):
+                if (int_const(v) or 0) > 1:
+                    edits.append(Edit(*m.src.span(v), "1"))
+                    sites.append({"kernel": k.name, "index": j, "name": p, "value": m.src.seg(v)})
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+        return self._rewrite(source, apply_edits(source, edits), {"sites": sites}, "simplify")
 
-    def apply(self, source: str, group_size: int = 8, **_: Any) -> Rewrite | None:
+    def apply(
+        self, source: str, group_size: int = 8, sites: list[dict[str, Any]] | None = None, **params: Any
+    ) -> Rewrite | None:
         """Raise a GROUP_SIZE of 1 to ``group_size``, or insert the swizzle in place of a row-major
-        ``pid // n`` / ``pid % n`` mapping (``tl.swizzle2d`` for a 2-D grid)."""
+        ``pid // n`` / ``pid % n`` mapping (``tl.swizzle2d`` for a 2-D grid); with the ``sites``
+        simplify recorded, write back the expert's group size at each of them."""
+        check_params(self.id, params, ())
         m = parse(source)
         if m is None:
             return None
+        if require_list(self.id, "sites", sites) is not None:
+            edits_r = []
+            for rec in sites:  # type: ignore[union-attr]
+                k = next((k for k in m.kernels if k.name == rec.get("kernel")), None)
+                ks = self._sites(m, k) if k is not None else []
+                j = rec.get("index")
+                if not isinstance(j, int) or not 0 <= j < len(ks) or ks[j][0] != rec.get("name"):
+                    return None
+                edits_r.append(Edit(*m.src.span(ks[j][1]), str(rec["value"])))
+            return self._rewrite(source, apply_edits(source, edits_r), {"sites": sites}, "apply")
         edits: list[Edit] = []
         for k in m.kernels:
             if not _has_dot(k, m):
