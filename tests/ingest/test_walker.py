@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from klineage.ingest.replay import replay_report, replay_source
-from klineage.ingest.walker import WalkOptions, Walker, accepted_path, cost, naive_end
+from klineage.ingest.walker import Walker, WalkOptions, accepted_path, cost, naive_end
 from klineage.schema.gate_result import GateOutcome, GateResult
 from klineage.schema.ids import kernel_sha
 from klineage.transforms.operator import Anchor, Operator, Rewrite, make_rewrite
