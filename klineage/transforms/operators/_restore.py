@@ -143,7 +143,10 @@ def undo_hunks(source: str, records: Sequence[Mapping[str, Any]]) -> str | None:
         if occ >= len(found):
             return None
         start = found[occ] + offset
-        edits.append(Edit(start, start + length, text))
+        if edits and length == 0 and edits[-1].start == edits[-1].end == start:
+            edits[-1] = Edit(start, start, edits[-1].text + text)  # consecutive insertions, in order
+        else:
+            edits.append(Edit(start, start + length, text))
     try:
         return apply_edits(source, edits)
     except ValueError:
@@ -185,3 +188,22 @@ def find_call(m: Any, rec: Mapping[str, Any]) -> ast.Call | None:
     calls = kernel_calls(m, k).get(str(rec.get("at")), [])
     i = rec.get("index")
     return calls[i] if isinstance(i, int) and 0 <= i < len(calls) else None
+
+
+def restore_keywords(m: Any, name: str, sites: Sequence[Mapping[str, Any]]) -> list[Edit] | None:
+    """Edits putting keyword ``name`` back at every recorded call (None: a call is not found or
+    already has the keyword)."""
+    edits = []
+    for rec in sites:
+        call = find_call(m, rec)
+        e = kw_insert(m.src, call, name, rec) if call is not None else None
+        if e is None:
+            return None
+        edits.append(e)
+    return edits
+
+
+def rewrite_with_hunks(op: Any, source: str, records: Any, params: dict[str, Any]) -> Any:
+    """``op``'s apply-direction Rewrite putting back the recorded hunks (None: an anchor is missing)."""
+    after = undo_hunks(source, records)
+    return None if after is None else op._rewrite(source, after, params, "apply")

@@ -14,6 +14,7 @@ from klineage.transforms._triton import Kernel, is_tl_attr, kwarg, tl_func
 from klineage.transforms.features import accumulators, derived_names
 from klineage.transforms.operator import Anchor, Operator, Rewrite
 from klineage.transforms.operators._common import Module, anchor, parse
+from klineage.transforms.operators._restore import check_params, hunks, require_list, rewrite_with_hunks
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -98,10 +99,14 @@ class Exp2(Operator):
             edits.append(Edit(*m.src.span(c), text))
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+        return self._rewrite(source, apply_edits(source, edits), {"rewrites": hunks(source, edits)}, "simplify")
 
-    def apply(self, source: str, **params: Any) -> Rewrite | None:
-        """``exp(x)`` -> ``exp2(x * 1.4426950408889634)`` (``exp(x * ln 2)`` -> ``exp2(x)``)."""
+    def apply(self, source: str, rewrites: list[dict[str, Any]] | None = None, **params: Any) -> Rewrite | None:
+        """``exp(x)`` -> ``exp2(x * 1.4426950408889634)`` (``exp(x * ln 2)`` -> ``exp2(x)``).
+        With the ``rewrites`` simplify recorded, the expert's expressions go back exactly as written."""
+        check_params(self.id, params, ())
+        if require_list(self.id, "rewrites", rewrites) is not None:
+            return rewrite_with_hunks(self, source, rewrites, {"rewrites": rewrites})
         m = parse(source)
         if m is None:
             return None
@@ -118,7 +123,7 @@ class Exp2(Operator):
             edits.append(Edit(*m.src.span(c), text))
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), dict(params), "apply")
+        return self._rewrite(source, apply_edits(source, edits), {}, "apply")
 
 
 class Rsqrt(Operator):
@@ -170,10 +175,14 @@ class Rsqrt(Operator):
                     edits.append(Edit(*m.src.span(n), text))
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+        return self._rewrite(source, apply_edits(source, edits), {"rewrites": hunks(source, edits)}, "simplify")
 
-    def apply(self, source: str, **params: Any) -> Rewrite | None:
-        """``1 / tl.sqrt(x)`` -> ``tl.rsqrt(x)``; ``y / tl.sqrt(x)`` -> ``y * tl.rsqrt(x)``."""
+    def apply(self, source: str, rewrites: list[dict[str, Any]] | None = None, **params: Any) -> Rewrite | None:
+        """``1 / tl.sqrt(x)`` -> ``tl.rsqrt(x)``; ``y / tl.sqrt(x)`` -> ``y * tl.rsqrt(x)``.
+        With the ``rewrites`` simplify recorded, the expert's expressions go back exactly as written."""
+        check_params(self.id, params, ())
+        if require_list(self.id, "rewrites", rewrites) is not None:
+            return rewrite_with_hunks(self, source, rewrites, {"rewrites": rewrites})
         m = parse(source)
         if m is None:
             return None
@@ -196,7 +205,7 @@ class Rsqrt(Operator):
                     edits.append(Edit(*m.src.span(n), text))
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), dict(params), "apply")
+        return self._rewrite(source, apply_edits(source, edits), {}, "apply")
 
 
 def _is_upcast(m: Module, n: ast.AST) -> bool:
@@ -297,17 +306,21 @@ class Fp32Accumulate(Operator):
             _ = name
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+        return self._rewrite(source, apply_edits(source, edits), {"rewrites": hunks(source, edits)}, "simplify")
 
-    def apply(self, source: str, **params: Any) -> Rewrite | None:
-        """Upcast vector loads of non-dot kernels to fp32 (stores downcast implicitly)."""
+    def apply(self, source: str, rewrites: list[dict[str, Any]] | None = None, **params: Any) -> Rewrite | None:
+        """Upcast vector loads of non-dot kernels to fp32 (stores downcast implicitly).
+        With the ``rewrites`` simplify recorded, the expert's expressions go back exactly as written."""
+        check_params(self.id, params, ())
+        if require_list(self.id, "rewrites", rewrites) is not None:
+            return rewrite_with_hunks(self, source, rewrites, {"rewrites": rewrites})
         m = parse(source)
         if m is None or self._upcast_loads(m) or self._fp32_accs(m):
             return None
         edits = [Edit(*m.src.span(c), f"{m.src.seg(c)}.to({m.tl}.float32)") for c in self._vector_loads(m)]
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), dict(params), "apply")
+        return self._rewrite(source, apply_edits(source, edits), {}, "apply")
 
 
 class DotAccumulate(Operator):
@@ -386,10 +399,14 @@ class DotAccumulate(Operator):
                 )
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+        return self._rewrite(source, apply_edits(source, edits), {"rewrites": hunks(source, edits)}, "simplify")
 
-    def apply(self, source: str, **params: Any) -> Rewrite | None:
-        """``acc += tl.dot(a, b)`` / ``acc = e + tl.dot(a, b)`` -> ``acc = tl.dot(a, b, e)``."""
+    def apply(self, source: str, rewrites: list[dict[str, Any]] | None = None, **params: Any) -> Rewrite | None:
+        """``acc += tl.dot(a, b)`` / ``acc = e + tl.dot(a, b)`` -> ``acc = tl.dot(a, b, e)``.
+        With the ``rewrites`` simplify recorded, the expert's expressions go back exactly as written."""
+        check_params(self.id, params, ())
+        if require_list(self.id, "rewrites", rewrites) is not None:
+            return rewrite_with_hunks(self, source, rewrites, {"rewrites": rewrites})
         m = parse(source)
         if m is None:
             return None
@@ -399,4 +416,4 @@ class DotAccumulate(Operator):
             edits.append(Edit(*m.src.span(st), f"{target} = {dot}"))
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), dict(params), "apply")
+        return self._rewrite(source, apply_edits(source, edits), {}, "apply")

@@ -36,7 +36,9 @@ from klineage.transforms.operator import Anchor, Operator, Rewrite
 from klineage.transforms.operators._common import Module, anchor, grid_tuple, parse, sm_names
 from klineage.transforms.operators._restore import (
     check_params,
+    hunks,
     require_list,
+    rewrite_with_hunks,
 )
 
 
@@ -214,11 +216,15 @@ class MaskElision(Operator):
                     edits += remove_items(m.src, [sp for _, sp in items], drop)
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+        return self._rewrite(source, apply_edits(source, edits), {"code": hunks(source, edits)}, "simplify")
 
-    def apply(self, source: str, **params: Any) -> Rewrite | None:
+    def apply(self, source: str, code: list[dict[str, Any]] | None = None, **params: Any) -> Rewrite | None:
         """Wrap masked loads in loops as ``if EVEN_X: unmasked else: masked`` with
-        ``@triton.heuristics({"EVEN_X": lambda args: args["X"] % args["BLOCK"] == 0 ...})``."""
+        ``@triton.heuristics({"EVEN_X": lambda args: args["X"] % args["BLOCK"] == 0 ...})``.
+        With the ``code`` simplify recorded, the expert's construct goes back exactly as written."""
+        check_params(self.id, params, ())
+        if require_list(self.id, "code", code) is not None:
+            return rewrite_with_hunks(self, source, code, {"code": code})
         m = parse(source)
         if m is None:
             return None
@@ -276,7 +282,7 @@ class MaskElision(Operator):
                 edits.append(add_param(m.src, k.node, f"{flag}: {m.tl}.constexpr"))
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, _merge(edits)), dict(params), "apply")
+        return self._rewrite(source, apply_edits(source, _merge(edits)), {}, "apply")
 
 
 def _merge(edits: list[Edit]) -> list[Edit]:
@@ -424,9 +430,8 @@ class _Persistent(Operator):
             edits += [f for f in fixes if f is not None]
         if not edits:
             return None
-        return self._rewrite(
-            source, apply_edits(source, sorted(set(edits), key=lambda e: e.start)), {}, "simplify"
-        )
+        edits = sorted(set(edits), key=lambda e: e.start)
+        return self._rewrite(source, apply_edits(source, edits), {"code": hunks(source, edits)}, "simplify")
 
     def _apply_plan(self, m: Module, k: Kernel) -> tuple[ast.Assign, list[Launch]] | None:
         if k.autotune is not None or any(p.has_default for p in k.params):
@@ -453,9 +458,19 @@ class _Persistent(Operator):
                 return None
         return pid_stmts[0], las
 
-    def apply(self, source: str, programs_per_sm: int | None = None, **_: Any) -> Rewrite | None:
+    def apply(
+        self,
+        source: str,
+        programs_per_sm: int | None = None,
+        code: list[dict[str, Any]] | None = None,
+        **params: Any,
+    ) -> Rewrite | None:
         """Loop the kernel body over work items (``for pid in tl.range(pid0, n, tl.num_programs(0))``),
-        pass the work count ``n`` and launch ``min(n, SMs x programs_per_sm)`` programs."""
+        pass the work count ``n`` and launch ``min(n, SMs x programs_per_sm)`` programs.
+        With the ``code`` simplify recorded, the expert's construct goes back exactly as written."""
+        check_params(self.id, params, ())
+        if require_list(self.id, "code", code) is not None:
+            return rewrite_with_hunks(self, source, code, {"code": code})
         m = parse(source)
         if m is None:
             return None

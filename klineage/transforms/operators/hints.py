@@ -14,6 +14,15 @@ from klineage.transforms._triton import Kernel, is_tl_attr, kwarg, tl_func
 from klineage.transforms.features import derived_names, pid_derived
 from klineage.transforms.operator import Anchor, Operator, Rewrite
 from klineage.transforms.operators._common import Module, anchor, parse
+from klineage.transforms.operators._restore import (
+    check_params,
+    hunks,
+    kw_record,
+    require_list,
+    restore_keywords,
+    rewrite_with_hunks,
+    where,
+)
 
 _HINTS = ("multiple_of", "max_contiguous")
 
@@ -108,10 +117,15 @@ class ContiguityHints(Operator):
                 edits.append(Edit(*m.src.span(call), m.src.seg(inner)))
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+        return self._rewrite(source, apply_edits(source, edits), {"hints": hunks(source, edits)}, "simplify")
 
-    def apply(self, source: str, **params: Any) -> Rewrite | None:
-        """Wrap ``pid * B + tl.arange(0, B)`` offsets in ``tl.max_contiguous(tl.multiple_of(..., B), B)``."""
+    def apply(self, source: str, hints: list[dict[str, Any]] | None = None, **params: Any) -> Rewrite | None:
+        """Wrap ``pid * B + tl.arange(0, B)`` offsets in ``tl.max_contiguous(tl.multiple_of(..., B), B)``;
+        with the ``hints`` simplify recorded, put back the expert's hint calls and statements where
+        they were (they may sit on other offsets than the ones this rule would pick)."""
+        check_params(self.id, params, ())
+        if require_list(self.id, "hints", hints) is not None:
+            return rewrite_with_hunks(self, source, hints, {"hints": hints})
         m = parse(source)
         if m is None:
             return None
@@ -125,7 +139,7 @@ class ContiguityHints(Operator):
         ]
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), dict(params), "apply")
+        return self._rewrite(source, apply_edits(source, edits), {}, "apply")
 
 
 def _base_param(m: Module, k: Kernel, ptr: ast.expr) -> str | None:
@@ -193,23 +207,30 @@ class EvictionHints(Operator):
         m = parse(source)
         if m is None:
             return None
-        edits = [
-            e
-            for k in m.kernels
-            for c in ast.walk(k.node)
-            if tl_func(c, m.al) in ("load", "store") and (e := remove_keyword(m.src, c, "eviction_policy"))
-        ]  # type: ignore
+        edits, sites = [], []
+        for k in m.kernels:
+            for c in ast.walk(k.node):
+                if tl_func(c, m.al) in ("load", "store") and (e := remove_keyword(m.src, c, "eviction_policy")):
+                    edits.append(e)
+                    sites.append({**where(m, k, c), **(kw_record(m.src, c, "eviction_policy") or {})})  # type: ignore
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+        return self._rewrite(source, apply_edits(source, edits), {"sites": sites}, "simplify")
 
-    def apply(self, source: str, **params: Any) -> Rewrite | None:
+    def apply(self, source: str, sites: list[dict[str, Any]] | None = None, **params: Any) -> Rewrite | None:
         """Per pointer parameter: loads before its last load in the kernel get ``evict_last`` (they are
         read again), the last one ``evict_first``; a single load gets ``evict_first`` when it depends
-        on the program id (streamed) and ``evict_last`` otherwise (shared by every program)."""
+        on the program id (streamed) and ``evict_last`` otherwise (shared by every program). With the
+        ``sites`` simplify recorded, each recorded load/store gets back the expert's policy."""
+        check_params(self.id, params, ())
         m = parse(source)
         if m is None:
             return None
+        if require_list(self.id, "sites", sites) is not None:
+            redo = restore_keywords(m, "eviction_policy", sites)  # type: ignore[arg-type]
+            if redo is None:
+                return None
+            return self._rewrite(source, apply_edits(source, redo), {"sites": sites}, "apply")
         edits = []
         for k in m.kernels:
             if _has_dot(k, m) or any(kwarg(c, "eviction_policy") for c in self._loads(m, k)):
@@ -230,7 +251,7 @@ class EvictionHints(Operator):
                     edits.append(add_keyword(m.src, c, f'eviction_policy="{policy}"'))
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), dict(params), "apply")
+        return self._rewrite(source, apply_edits(source, edits), {}, "apply")
 
 
 class Int64Offsets(Operator):
@@ -302,10 +323,14 @@ class Int64Offsets(Operator):
         edits = [Edit(*m.src.span(c), m.src.seg(e)) for c, e in casts if id(c) not in inner_ids]
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+        return self._rewrite(source, apply_edits(source, edits), {"casts": hunks(source, edits)}, "simplify")
 
-    def apply(self, source: str, **params: Any) -> Rewrite | None:
-        """Cast the pid-derived index of every ``index * stride`` product to tl.int64."""
+    def apply(self, source: str, casts: list[dict[str, Any]] | None = None, **params: Any) -> Rewrite | None:
+        """Cast the pid-derived index of every ``index * stride`` product to tl.int64; with the
+        ``casts`` simplify recorded, put back the expert's casts (where and how they were written)."""
+        check_params(self.id, params, ())
+        if require_list(self.id, "casts", casts) is not None:
+            return rewrite_with_hunks(self, source, casts, {"casts": casts})
         m = parse(source)
         if m is None or self._casts(m):
             return None
@@ -318,7 +343,7 @@ class Int64Offsets(Operator):
             edits.append(Edit(*m.src.span(e), f"{m.tl}.cast({m.src.seg(e)}, {m.tl}.int64)"))
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), dict(params), "apply")
+        return self._rewrite(source, apply_edits(source, edits), {}, "apply")
 
 
 _ = str_const

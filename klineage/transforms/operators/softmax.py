@@ -18,6 +18,7 @@ from klineage.transforms._triton import Kernel, dotted, kwarg, range_call, tl_fu
 from klineage.transforms.features import pid_derived
 from klineage.transforms.operator import Anchor, Operator, Rewrite
 from klineage.transforms.operators._common import Module, anchor, parse
+from klineage.transforms.operators._restore import check_params, hunks, require_list, rewrite_with_hunks
 
 
 def _bodies(node: ast.AST) -> list[list[ast.stmt]]:
@@ -321,7 +322,7 @@ class OnlineSoftmax(Operator):
             edits.append(Edit(start, end, pass1 + note + pass2))
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+        return self._rewrite(source, apply_edits(source, edits), {"code": hunks(source, edits)}, "simplify")
 
     @staticmethod
     def _region_text(m: Module, stmts: list[ast.stmt], ups: list[_Online], line: Any) -> str:
@@ -335,13 +336,23 @@ class OnlineSoftmax(Operator):
         return apply_edits(m.src.text[start:end], inner)
 
     # -- apply: fuse the passes
-    def apply(self, source: str, **params: Any) -> Rewrite | None:
+    def apply(
+        self, source: str, code: list[dict[str, Any]] | None = None, kernel: str | None = None, **params: Any
+    ) -> Rewrite | None:
         """Fuse a max pass and the following sum-of-exp pass into one online pass; the subtracted max
-        is guarded (``where(m_new == -inf, 0, m_new)``) so fully masked chunks give 0, not NaN."""
+        is guarded (``where(m_new == -inf, 0, m_new)``) so fully masked chunks give 0, not NaN.
+        ``kernel`` restricts the fusion to that kernel. With the ``code`` simplify recorded, the
+        expert's online update goes back exactly as written (guarded or not, its own names)."""
+        check_params(self.id, params, ())
+        if require_list(self.id, "code", code) is not None:
+            return rewrite_with_hunks(self, source, code, {"code": code})
         m = parse(source)
         if m is None:
             return None
         found = self._two_pass(m)
+        if not found:
+            return None
+        found = [f for f in found if kernel is None or f[0].name == kernel]
         if not found:
             return None
         k, body, i, mid, end, parts = found[0]
@@ -379,7 +390,7 @@ class OnlineSoftmax(Operator):
             after = apply_edits(source, edits)
         except ValueError:
             return None
-        return self._rewrite(source, after, {**params, "kernel": k.name}, "apply")
+        return self._rewrite(source, after, {"kernel": k.name}, "apply")
 
 
 # -------------------------------------------------------------------------------------- causal-skip
@@ -595,7 +606,7 @@ class CausalSkip(Operator):
             after = apply_edits(source, edits)
         except ValueError:
             return None
-        return self._rewrite(source, after, {}, "simplify")
+        return self._rewrite(source, after, {"code": hunks(source, edits)}, "simplify")
 
     # -- apply: split a causally masked loop
     def _causal_loops(self, m: Module) -> list[tuple[Kernel, ast.For, ast.stmt, ast.stmt | None, str, str, str, str]]:
@@ -695,10 +706,14 @@ class CausalSkip(Operator):
         kk = self._offsets(m, left.value, {n: v for n, (_s, v) in local.items()})
         return kk is not None and _name(kk[0]) == var and m.src.seg(kk[1]) == step
 
-    def apply(self, source: str, **params: Any) -> Rewrite | None:
+    def apply(self, source: str, code: list[dict[str, Any]] | None = None, **params: Any) -> Rewrite | None:
         """Split a causally masked key loop ``range(0, N, BN)`` into ``range(0, A // BN * BN, BN)``
         without the mask (every key precedes every query there) and ``range(A // BN * BN,
-        tl.minimum(A + BM, N), BN)`` with it; blocks past the diagonal are never visited."""
+        tl.minimum(A + BM, N), BN)`` with it; blocks past the diagonal are never visited. With the
+        ``code`` simplify recorded, the expert's split (loops or helper calls) goes back exactly."""
+        check_params(self.id, params, ())
+        if require_list(self.id, "code", code) is not None:
+            return rewrite_with_hunks(self, source, code, {"code": code})
         m = parse(source)
         if m is None:
             return None
@@ -732,7 +747,7 @@ class CausalSkip(Operator):
                 + apply_edits(text, diagonal)
             )
             edits.append(Edit(start, end, new))
-        return self._rewrite(source, apply_edits(source, edits), dict(params), "apply")
+        return self._rewrite(source, apply_edits(source, edits), {}, "apply")
 
 
 def _comment_start(m: Module, stmt: ast.stmt) -> int:

@@ -49,9 +49,11 @@ from klineage.transforms.operators._common import (
 from klineage.transforms.operators._restore import (
     check_params,
     find_call,
+    hunks,
     kw_insert,
     kw_record,
     require_list,
+    rewrite_with_hunks,
     where,
 )
 
@@ -251,6 +253,7 @@ class Autotune(Operator):
         if m is None:
             return None
         edits: list[Edit] = []
+        removed: dict[str, Any] = {}
         for k in m.kernels:
             if k.autotune is None or any(
                 kw.arg in ("reset_to_zero", "restore_value", "pre_hook", "post_hook")
@@ -261,6 +264,11 @@ class Autotune(Operator):
             if cfgs is None or config >= len(cfgs):
                 continue
             pinned = cfgs[config]
+            key = kwarg(k.autotune, "key")
+            removed[k.name] = {
+                "configs": [dict(c) for c in cfgs],
+                "key": m.src.seg(key) if key is not None else None,
+            }
             lines = m.src.line_span(k.autotune.lineno, k.autotune.end_lineno or k.autotune.lineno)
             edits.append(Edit(lines[0], lines[1], ""))
             for la in m.launches_of(k):
@@ -279,7 +287,8 @@ class Autotune(Operator):
         if not edits:
             return None
         edits = _merge_appends(edits)
-        return self._rewrite(source, apply_edits(source, edits), {"config": config}, "simplify")
+        params = {"config": config, "kernels": removed, "code": hunks(source, edits)}
+        return self._rewrite(source, apply_edits(source, edits), params, "simplify")
 
     @staticmethod
     def _helper_uses_autotuner(m: Module, helper: str) -> bool:
@@ -299,9 +308,32 @@ class Autotune(Operator):
                 out[p] = vals.pop()  # type: ignore[assignment]
         return out
 
-    def apply(self, source: str, **params: Any) -> Rewrite | None:
+    def apply(
+        self,
+        source: str,
+        config: int | None = None,
+        kernels: dict[str, Any] | None = None,
+        code: list[dict[str, Any]] | None = None,
+        **params: Any,
+    ) -> Rewrite | None:
         """Add ``@triton.autotune`` with the current launch config plus larger/smaller tile variants;
-        the grid becomes a function of META and the tuned keywords leave the launches."""
+        the grid becomes a function of META and the tuned keywords leave the launches.
+
+        With what simplify recorded: ``code`` puts back the expert's decorator(s) and launches
+        exactly; ``kernels`` alone (``{kernel: {"configs": [{name: value}], "key": "[...]"}}``) makes
+        the generated decorator use the expert's config list and key instead of the variants.
+        ``config`` is the index of the config simplify pinned (checked against ``kernels``)."""
+        check_params(self.id, params, ())
+        if kernels is not None and not isinstance(kernels, dict):
+            raise ValueError("autotune.apply: kernels must map kernel names to {'configs', 'key'}")
+        if (
+            config is not None
+            and kernels is not None
+            and any(config >= len(v.get("configs") or []) for v in kernels.values())
+        ):
+                raise ValueError(f"autotune.apply: config {config} is not one of the recorded configs")
+        if require_list(self.id, "code", code) is not None:
+            return rewrite_with_hunks(self, source, code, {"config": config, "kernels": kernels, "code": code})
         m = parse(source)
         if m is None:
             return None
@@ -357,7 +389,11 @@ class Autotune(Operator):
             configs = self._configs(
                 tun, meta, _has_dot(k, m), lambda var, k=k, fixed=fixed: _static_ok(k, m, {**fixed, **var})
             )
-            key = self._key(m, k)
+            key: Any = self._key(m, k)
+            given = (kernels or {}).get(k.name)
+            if given:
+                configs = [_config_text(c) for c in given.get("configs") or []] or configs
+                key = _Raw(given["key"]) if given.get("key") else key
             indent = m.src.indent_of(k.node.lineno)
             cfg_lines = "".join(f"{indent}        {m.triton}.Config({c}),\n" for c in configs)
             deco = (
@@ -369,7 +405,7 @@ class Autotune(Operator):
             edits.append(Edit(pos, pos, deco))
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, _merge_appends(edits)), dict(params), "apply")
+        return self._rewrite(source, apply_edits(source, _merge_appends(edits)), {}, "apply")
 
     @staticmethod
     def _fixed_constexprs(m: Module, k: Kernel) -> dict[str, int]:
@@ -445,6 +481,23 @@ class Autotune(Operator):
             hs, he = m.src.span(h)
             text = text[: hs - start] + f"META[{local_names[h.id]!r}]" + text[he - start :]
         return Edit(start, end, f"lambda META: {text}")
+
+
+class _Raw(str):
+    """A source fragment written as is by ``{!r}``."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+_META = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def _config_text(cfg: dict[str, str]) -> str:
+    """The arguments of ``triton.Config`` for a recorded ``{name: value source}`` config."""
+    d = ", ".join(f"{k!r}: {v}" for k, v in cfg.items() if k not in _META)
+    extra = "".join(f", {k}={v}" for k, v in cfg.items() if k in _META)
+    return f"{{{d}}}{extra}"
 
 
 _STATIC_NODES = (
