@@ -59,13 +59,21 @@ def _load_all(paths: list[Path]) -> list[LineageDocument]:
 
 
 def _ingest(kb: Any, docs: list[LineageDocument]) -> list[Any]:
-    reports = []
+    """Ingest with skills merged across the documents and the lineages already stored
+    (``ingest.pipeline``: conditions re-induced from all the evidence); clean errors, exit code 2."""
+    from klineage.ingest.pipeline import ingest_lineages
+    from klineage.kb.service import IngestError
+
     with Progress(console=err, transient=True) as progress:
-        task = progress.add_task("ingesting lineages", total=len(docs))
-        for doc in docs:
-            reports.append(kb.ingest(doc))
-            progress.advance(task)
-    return reports
+        progress.add_task(f"ingesting {len(docs)} lineage(s), merging skills", total=None)
+        try:
+            summary = ingest_lineages(kb, docs)
+        except (IngestError, FormatError) as exc:
+            raise _fail(str(exc)) from exc
+    for skill, condition in summary.stale:
+        err.print(f"[yellow]note:[/] {skill} still carries an earlier condition {condition.expr!r} "
+                  "(re-induced now from more evidence)")
+    return list(summary.reports)
 
 
 def _tag(sample: bool) -> str:
@@ -173,10 +181,21 @@ def demo() -> None:
                       f"{s.support_steps} steps / {s.support_lineages} lineages",
                       SAMPLE_LABEL if s.sample else "measured")
     out.print(table)
-    query, context = "make a matrix multiply faster on large square shapes", {"M": 4096, "N": 4096, "K": 4096,
-                                                                               "dtype": "bf16", "arch": 90}
+    query, context = _demo_query(docs)
     out.print(f"\nExample search: text={query!r} context={context}{_tag(fixtures)}")
     print_hits(kb.search(text=query, context=context, limit=5))
+
+
+def _demo_query(docs: list[LineageDocument]) -> tuple[str, dict[str, Any]]:
+    """A search about the first lineage's workload, on its first measured shape (GEMM when none)."""
+    for doc in docs:
+        for step in doc.data["steps"]:
+            for timing in step.get("timings", ()):
+                arch = doc.data["gpu"]["arch"].removeprefix("sm_").rstrip("a")
+                context = {**timing["shape"], "dtype": timing["dtype"], "arch": int(arch) if arch.isdigit() else 90}
+                return f"make a {doc.workload.replace('_', ' ')} kernel faster", context
+    return "make a matrix multiply faster on large square shapes", {"M": 4096, "N": 4096, "K": 4096,
+                                                                    "dtype": "bf16", "arch": 90}
 
 
 def serve(host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
