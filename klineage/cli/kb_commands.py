@@ -70,9 +70,9 @@ def _ingest(kb: Any, docs: list[LineageDocument]) -> list[Any]:
             summary = ingest_lineages(kb, docs)
         except (IngestError, FormatError) as exc:
             raise _fail(str(exc)) from exc
-    for skill, condition in summary.stale:
-        err.print(f"[yellow]note:[/] {skill} still carries an earlier condition {condition.expr!r} "
-                  "(re-induced now from more evidence)")
+    for skill, condition in summary.replaced:
+        err.print(f"[yellow]note:[/] {skill}: condition {condition.expr!r} replaced by one re-induced from "
+                  "more evidence")
     return list(summary.reports)
 
 

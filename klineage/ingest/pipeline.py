@@ -13,10 +13,10 @@ Why here and not in ``kb.service``: re-inducing a condition needs ``ingest.induc
   ``skills`` with the merged conditions and risks, and only then calls ``kb.ingest`` on each. The
   store then holds, for every skill, the conditions induced from all the evidence it has.
 
-Known limit: ``GraphStore`` has no way to remove a relationship, so a condition stored earlier by a
-plain ``kb.ingest`` (or an earlier run with less evidence) stays linked next to the re-induced one;
-``IngestSummary.stale`` lists them. Removing them needs a kb change (ingest replacing a skill's
-``induced`` / ``gate-failure`` conditions instead of adding to them).
+A derived condition (source ``induced`` or ``gate-failure``) stored earlier by a plain ``kb.ingest`` or
+by a run with less evidence is unlinked from its skill once the re-induced one is stored
+(``KnowledgeBase.drop_conditions``; ``IngestSummary.replaced`` lists them), so that search never ANDs
+an old rule with the new one. Declared conditions are never touched.
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ _DERIVED_SOURCES = ("induced", "gate-failure")
 @dataclass(frozen=True)
 class IngestSummary:
     """What ``ingest_lineages`` did: one IngestReport per document (in order), the merged skills
-    (every operator with evidence), and ``stale``: (skill id, condition) pairs still linked in the
-    store whose expression is not the one re-induced now (see the module docstring)."""
+    (every operator with evidence), and ``replaced``: (skill id, condition) pairs that were linked in
+    the store, derived from less evidence, and have been unlinked (see the module docstring)."""
 
     reports: tuple[IngestReport, ...]
     merged: tuple[MergedSkill, ...]
-    stale: tuple[tuple[str, Condition], ...]
+    replaced: tuple[tuple[str, Condition], ...]
 
 
 def stored_instances(kb: KnowledgeBase, operators: Sequence[str], exclude_lineages: Sequence[str] = ()
@@ -102,7 +102,7 @@ def merged_documents(documents: Sequence[LineageDocument],
 
 def ingest_lineages(kb: KnowledgeBase, documents: Sequence[LineageDocument]) -> IngestSummary:
     """Ingest ``documents`` with every skill's conditions re-induced from all the evidence about it
-    (these documents and the lineages already stored), then report conditions left stale.
+    (these documents and the lineages already stored), then unlink the derived conditions they replace.
 
     Idempotent as ``kb.ingest`` is: running it again on the same documents writes nothing new
     (the same evidence induces the same expressions, whose ids are content hashes). Raises what
@@ -126,5 +126,6 @@ def ingest_lineages(kb: KnowledgeBase, documents: Sequence[LineageDocument]) -> 
             for sid, conditions in kb.conditions(ids, kind).items():
                 stale.extend((sid, c) for c in conditions
                              if c.source in _DERIVED_SOURCES and c.expr not in wanted[sid][kind])
+    kb.drop_conditions(stale)
     return IngestSummary(reports, tuple(merged), tuple(stale))
 

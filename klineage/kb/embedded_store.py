@@ -440,6 +440,29 @@ class EmbeddedStore:
         if label not in LABELS:
             raise StoreError(f"unknown label {label!r}; expected one of {', '.join(LABELS)}")
 
+    def unlink(self, relationships: Sequence[tuple[str, str, str]]) -> int:
+        """Remove the (type, source, target) relationships in one atomic write; missing ones are ignored."""
+        wanted = {(str(t), str(a), str(b)) for t, a, b in relationships}
+        unknown = sorted(t for t, _, _ in wanted if t not in RELATIONSHIP_NAMES)
+        if unknown:
+            raise StoreError(f"unknown relationship type {unknown[0]!r}")
+        with self._mutex:
+            self._check_open()
+            with self._file_lock():
+                self._refresh()
+                present = [key for key in wanted if key in self._rel_lines]
+                if not present:
+                    return 0
+                rel_lines = {k: v for k, v in self._rel_lines.items() if k not in set(present)}
+                generation = self._generation + 1
+                identity = self._write(generation, self._node_lines, rel_lines)
+                for rel_type, source, target in present:
+                    self._graph.remove_edge(source, target, key=rel_type)
+                self._rel_lines = rel_lines
+                self._generation, self._identity = generation, identity
+                self._invalidate()
+                return len(present)
+
     def get(self, label: str, node_id: str) -> Node | None:
         """The node with this label and id, or None."""
         self._check_label(label)

@@ -602,6 +602,27 @@ class Neo4jStore:
 
         return self._read(work, "find")
 
+    def unlink(self, relationships: Sequence[tuple[str, str, str]]) -> int:
+        """Remove the (type, source, target) relationships in one transaction; missing ones are ignored."""
+        by_type: dict[str, list[dict[str, str]]] = {}
+        for rel_type, source, target in relationships:
+            if rel_type not in RELATIONSHIP_NAMES:
+                raise StoreError(f"unknown relationship type {rel_type!r}")
+            by_type.setdefault(rel_type, []).append({"s": str(source), "t": str(target)})
+        if not by_type:
+            return 0
+
+        def work(tx: Any) -> int:
+            removed = 0
+            for rel_type, pairs in sorted(by_type.items()):
+                for label in sorted({r.source for r in RELATIONSHIPS if r.name == rel_type}):
+                    query = (f"UNWIND $pairs AS p MATCH (a:{_ident(label)} {{id: p.s}})-[x:{_ident(rel_type)}]->(b) "
+                             "WHERE b.id = p.t DELETE x RETURN count(*) AS n")
+                    removed += int(tx.run(query, {"pairs": pairs}).single()["n"])
+            return removed
+
+        return self._write(work, "unlink")
+
     def neighbors(self, node_ids: Sequence[str], rel_type: str, direction: str = "out"
                   ) -> dict[str, list[tuple[Relationship, Node]]]:
         """For each id, its ``rel_type`` relationships (``out``: id is the source; ``in``: the target)

@@ -157,6 +157,12 @@ class KnowledgeBase:
         return IngestReport(doc.id, tuple(ids), tuple(merged_ids), len(final.nodes), len(final.relationships),
                             doc.sample)
 
+    def drop_conditions(self, pairs: Sequence[tuple[str, Condition]]) -> int:
+        """Unlink each (skill id, condition) pair (the Condition node stays: other skills may use it);
+        used when conditions re-induced from more evidence replace earlier ones. Returns how many."""
+        rel = {"valid": "VALID_WHEN", "profitable": "PROFITABLE_WHEN"}
+        return self.store.unlink([(rel[c.kind], sid, c.id) for sid, c in pairs])
+
     def _check_expressions(self, doc: LineageDocument) -> None:
         for i, sk in enumerate(doc.data["skills"]):
             label = f"skill {sk['operator']!r} ($.skills[{i}])"

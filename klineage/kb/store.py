@@ -95,6 +95,11 @@ class GraphStore(Protocol):
         """Write all nodes and relationships of ``batch`` in one atomic unit (merge by id / by key)."""
         ...
 
+    def unlink(self, relationships: Sequence[tuple[str, str, str]]) -> int:
+        """Remove the relationships given as (type, source id, target id), atomically; ones that do not
+        exist are ignored; nodes are never removed. Returns how many were removed."""
+        ...
+
     def get(self, label: str, node_id: str) -> Node | None:
         """The node with this label and id, or None."""
         ...

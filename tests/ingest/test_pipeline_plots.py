@@ -39,7 +39,7 @@ def test_ingest_lineages_stores_conditions_induced_from_every_lineage(tmp_path: 
     kb = new_kb(tmp_path / "kb", embedder)
     docs = [load_lineage_document(p) for p in FIXTURES]
     summary = ingest_lineages(kb, docs)
-    assert len(summary.reports) == 2 and summary.stale == ()
+    assert len(summary.reports) == 2 and summary.replaced == ()
     merged = {m.operator: m for m in summary.merged}
     warps = merged["num-warps"]
     assert warps.profitable is not None and warps.profitable.support == 6
@@ -49,11 +49,11 @@ def test_ingest_lineages_stores_conditions_induced_from_every_lineage(tmp_path: 
     assert kb.skill(sid).support_lineages == 2  # type: ignore[union-attr]
     counts = kb.store.counts()
     again = ingest_lineages(kb, docs)  # idempotent
-    assert kb.store.counts() == counts and again.stale == ()
+    assert kb.store.counts() == counts and again.replaced == ()
 
 
 @pytest.mark.real("embedder")
-def test_evidence_already_stored_is_merged_and_stale_conditions_are_reported(tmp_path: Path, embedder: Any) -> None:
+def test_evidence_already_stored_is_merged_and_replaced_conditions_are_unlinked(tmp_path: Path, embedder: Any) -> None:
     from klineage.ingest.extract import extract_skills
     from klineage.ingest.pipeline import ingest_lineages
     from klineage.schema.lineage_document import parse_lineage_document
@@ -67,9 +67,9 @@ def test_evidence_already_stored_is_merged_and_stale_conditions_are_reported(tmp
     assert warps.profitable is not None and warps.profitable.support == 6  # gemm's stored steps counted
     sid = skill_id("num-warps")
     exprs = {c.expr for c in kb.conditions([sid], "profitable")[sid]}
-    assert warps.profitable.expr in exprs
-    stale = {c.expr for s, c in summary.stale if s == sid}
-    assert stale == exprs - {warps.profitable.expr}  # the gemm-only rule, still linked, is reported
+    assert exprs == {warps.profitable.expr}, "the gemm-only rule must be unlinked, not ANDed with the new one"
+    replaced = {c.expr for s, c in summary.replaced if s == sid}
+    assert replaced and warps.profitable.expr not in replaced  # the gemm-only rule, reported as replaced
 
 
 def test_waterfall_series_multiplies_step_ratios_from_the_naive_end() -> None:

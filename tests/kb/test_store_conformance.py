@@ -120,6 +120,28 @@ def test_neighbors_in_both_directions_in_one_call(store: GraphStore) -> None:
     assert [n.id for _, n in store.neighbors(["skill:b"], "ENABLES", "in")["skill:b"]] == ["skill:a"]
 
 
+def test_unlink_removes_only_the_named_relationships(store: GraphStore) -> None:
+    store.upsert(GraphBatch.of(
+        [skill("a"), skill("b"), condition(1), condition(2)],
+        [Relationship("VALID_WHEN", "skill:a", "condition:0001"),
+         Relationship("VALID_WHEN", "skill:a", "condition:0002"),
+         Relationship("VALID_WHEN", "skill:b", "condition:0001"),
+         Relationship("ENABLES", "skill:a", "skill:b")]))
+    removed = store.unlink([("VALID_WHEN", "skill:a", "condition:0001"),
+                            ("VALID_WHEN", "skill:a", "condition:0009"),  # absent: ignored
+                            ("PROFITABLE_WHEN", "skill:b", "condition:0001")])  # wrong type: absent
+    assert removed == 1
+    out = store.neighbors(["skill:a", "skill:b"], "VALID_WHEN")
+    assert [n.id for _, n in out["skill:a"]] == ["condition:0002"]
+    assert [n.id for _, n in out["skill:b"]] == ["condition:0001"]
+    assert store.get("Condition", "condition:0001") is not None, "unlink never removes nodes"
+    assert [n.id for _, n in store.neighbors(["skill:a"], "ENABLES")["skill:a"]] == ["skill:b"]
+    assert store.counts().get(":VALID_WHEN") == 2
+    assert store.unlink([]) == 0
+    with pytest.raises(StoreError, match="relationship type"):
+        store.unlink([("NOT_A_TYPE", "skill:a", "skill:b")])
+
+
 def test_lineage_steps_come_in_index_order(store: GraphStore) -> None:
     doc = load_doc(GEMM_FIXTURE)
     store.upsert(lineage_to_batch(doc))
