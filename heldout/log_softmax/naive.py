@@ -1,4 +1,5 @@
-"""Naive row log-softmax: one row per program, three passes over fixed-width column tiles."""
+"""Naive row log-softmax: one row per program; a max pass, a sum-of-exp pass and a write pass over
+fixed-width column tiles (the row is read three times)."""
 
 import torch
 import triton
@@ -10,18 +11,17 @@ def log_softmax_kernel(x_ptr, y_ptr, n_cols, stride_x, stride_y, BLOCK: tl.const
     row = tl.program_id(0)
     x_row = x_ptr + row * stride_x
     y_row = y_ptr + row * stride_y
-    m = tl.full((BLOCK,), -float("inf"), dtype=tl.float32)
+    m = -float("inf")
     for start in range(0, n_cols, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
-        m = tl.maximum(m, x)
-    row_max = tl.max(m, axis=0)
-    s = tl.zeros((BLOCK,), dtype=tl.float32)
+        m = tl.maximum(m, tl.max(x, axis=0))
+    s = 0.0
     for start in range(0, n_cols, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
-        s += tl.exp(x - row_max)
-    lse = row_max + tl.log(tl.sum(s, axis=0))
+        s = s + tl.sum(tl.exp(x - m), axis=0)
+    lse = m + tl.log(s)
     for start in range(0, n_cols, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         x = tl.load(x_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)

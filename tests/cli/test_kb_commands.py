@@ -65,6 +65,8 @@ def test_ingest_search_json_and_export(tmp_path: Path) -> None:
         (("ingest", "nowhere.json"), "no such file"),
         (("search",), "text"),
         (("search", "x", "-c", "M"), "NAME=VALUE"),
+        (("search", "x", "-c", '{"M": 4096'), "not a JSON object"),
+        (("search", "x", "-c", '{"colz": 1}'), "unknown feature 'colz'"),
         (("search", "x", "--kernel", "missing.py"), "no such file"),
         (("search", "x", "--workload", "."), "manifest.toml"),
         (("export", "--format", "csv"), "json or graphml"),
@@ -84,3 +86,19 @@ def test_bad_lineage_document_changes_nothing(tmp_path: Path) -> None:
     result = klineage(tmp_path, "ingest", str(bad))
     assert result.returncode == 2 and "bad.json" in result.stderr
     assert klineage(tmp_path, "export").stdout == before
+
+
+def test_search_with_a_kernel_recommends_only_what_can_be_added(tmp_path: Path) -> None:
+    assert klineage(tmp_path, "ingest", str(FIXTURES)).returncode == 0
+    kernel = ROOT / "heldout" / "log_softmax" / "naive.py"
+    result = klineage(tmp_path, "search", "faster", "--kernel", str(kernel), "--context",
+                      '{"rows": 4096, "cols": 32000, "dtype": "bf16", "arch": 90}', "--json")
+    assert result.returncode == 0, result.stderr
+    hits = {h["skill"]["operator"]: h for h in json.loads(result.stdout)}
+    assert hits["exp2"]["applicable"] == "APPLICABLE"
+    passed = hits["exp2"]["explanation"]["passed"]
+    assert any(line.startswith("anchor applicable: exp2 can be added") for line in passed), passed
+    for gemm_only in ("tile-size", "grouped-order"):
+        assert hits[gemm_only]["applicable"] == "NOT_APPLICABLE"
+        assert any(line.startswith(f"anchor absent: nowhere in the kernel to add {gemm_only}")
+                   for line in hits[gemm_only]["explanation"]["failed"])
