@@ -2,7 +2,7 @@
 
 Meant for one device call (``run`` of the device tool, ≤ 10 minutes): walks the workloads one after
 another (cheapest first) with what is left of ``--budget-s``, writes each lineage document (without
-skills: they are extracted where the knowledge base lives, ``klineage extract``), and for every
+skills: ``klineage ingest`` extracts and merges them where the knowledge base lives), and for every
 complete walk rebuilds the kernel forward from its naive end with ``apply`` and times it against the
 expert (the replay check). Gate results are cached in ``--cache``: carry that file to the next call
 and the walks resume where they stopped.
