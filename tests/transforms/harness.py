@@ -152,7 +152,19 @@ def _naive_specs() -> dict[str, tuple[Callable[[], list[tuple]], Callable[..., A
     def cumsum() -> list[tuple]:
         return [(torch.randn(150, generator=_g(10)),)]
 
+    def looped_softmax() -> list[tuple]:
+        return [(torch.randn(5, 100, generator=_g(11)) * 3,)]
+
+    def looped_rmsnorm() -> list[tuple]:
+        g = _g(12)
+        return [(torch.randn(4, 150, generator=g), torch.randn(150, generator=g))]
+
     return {
+        "naive_looped_softmax": (looped_softmax, lambda x: torch.softmax(x, dim=-1)),
+        "naive_looped_rmsnorm": (
+            looped_rmsnorm,
+            lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+        ),
         "naive_logsumexp": (logsumexp, lambda x: torch.logsumexp(x, dim=-1)),
         "naive_cumsum": (cumsum, lambda x: torch.cumsum(x, dim=0)),
         "naive_linear": (linear, lambda x, w, b: x @ w.T + b),

@@ -72,6 +72,13 @@ APPLY_NAIVE: dict[str, tuple[str, ...]] = {
     "dot-accumulate": ("naive_linear", "naive_gemm", "naive_attention"),
     "online-softmax": ("naive_logsumexp",),
     "causal-skip": ("naive_attention", "naive_cumsum"),
+    "single-pass-row": (
+        "naive_looped_rmsnorm",
+        "naive_looped_softmax",
+        "naive_layernorm",
+        "naive_logsumexp",
+        "naive_cross_entropy",
+    ),
 }
 
 # Where the optimization is present in an expert and `simplify` must remove it; the bool says whether
@@ -106,6 +113,7 @@ SIMPLIFY_EXPERT: dict[str, dict[str, bool]] = {
     "dot-accumulate": {"gemm": True, "attention": True},
     "online-softmax": {"softmax": True, "cross_entropy": True},
     "causal-skip": {"attention": False},
+    "single-pass-row": {"softmax": False, "layernorm": True},
 }
 
 # Feature that each operator switches on (feature, value after apply) — checked on its first naive kernel.
@@ -124,6 +132,7 @@ FEATURE_OF = {
     "dot-accumulate": "dot_accumulate",
     "online-softmax": "online_softmax",
     "causal-skip": "causal_skip",
+    "single-pass-row": "single_pass_row",
 }
 
 

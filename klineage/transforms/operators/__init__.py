@@ -3,6 +3,7 @@
 from klineage.transforms.operators.arith import DotAccumulate, Exp2, Fp32Accumulate, Rsqrt
 from klineage.transforms.operators.control import MaskElision, MultiRow, Persistent, RowPersistent
 from klineage.transforms.operators.hints import ContiguityHints, EvictionHints, Int64Offsets
+from klineage.transforms.operators.rows import SinglePassRow
 from klineage.transforms.operators.softmax import CausalSkip, OnlineSoftmax
 from klineage.transforms.operators.tuning import Autotune, GroupedOrder, NumWarps, Pipelining, TileSize
 
@@ -25,6 +26,7 @@ OPERATORS = (
     DotAccumulate(),
     OnlineSoftmax(),
     CausalSkip(),
+    SinglePassRow(),
 )
 
 __all__ = ["OPERATORS"]

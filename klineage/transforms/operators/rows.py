@@ -1,0 +1,588 @@
+"""Row-structure operators: single-pass-row (rows that fit are held whole in registers and read
+once; longer rows keep the column-looped kernel).
+
+``simplify`` takes the host dispatch ``if next_power_of_2(n_cols) <= SINGLE_PASS_MAX: <single-pass
+launch> else: <looped launch>`` down to its looped branch and deletes what only the single-pass
+branch used (its kernel, its constants and helpers, host locals), so every row takes the looped
+kernel. ``apply`` adds the dispatch to a column-looped row kernel: the single-pass kernel is a copy
+of the looped one with the column loops unrolled (the launch sets the column block to
+``next_power_of_2(n_cols)``, so each loop runs once), its repeated loads of the row merged into one.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from klineage.transforms._source import Edit, Src, apply_edits, reindent
+from klineage.transforms._triton import (
+    Kernel,
+    Launch,
+    dotted,
+    launch_args,
+    range_call,
+    single_value,
+    tl_func,
+    triton_func,
+    unique_name,
+)
+from klineage.transforms.operator import Anchor, Operator, Rewrite
+from klineage.transforms.operators._common import Module, parse
+from klineage.transforms.operators._restore import check_params, hunks, require_list, rewrite_with_hunks
+
+_SIDE_EFFECTS = {"store", "atomic_add", "atomic_max", "atomic_min", "atomic_cas", "atomic_xchg",
+                 "atomic_and", "atomic_or", "atomic_xor", "device_print", "device_assert", "debug_barrier"}
+
+
+def _names(nodes: list[ast.AST]) -> set[str]:
+    return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _whole_lines(src: Src, stmt: ast.stmt, comments: bool = True) -> tuple[int, int]:
+    """First and last line of a statement, with the comment lines right above it when asked."""
+    first, last = src.stmt_lines(stmt)
+    while comments and first > 1 and src.lines[first - 2].strip().startswith("#"):
+        first -= 1
+    return first, last
+
+
+# ------------------------------------------------------------------------------- present: dispatch
+
+
+@dataclass(frozen=True)
+class _Dispatch:
+    func: ast.FunctionDef
+    node: ast.If
+    single: str  # kernel launched for rows that fit
+    looped: str  # kernel launched otherwise
+
+
+def _is_pow2_call(m: Module, node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and (
+        triton_func(node, m.al) == "next_power_of_2" or (dotted(node.func) or "").endswith("next_power_of_2")
+    )
+
+
+def _dispatches(m: Module) -> list[_Dispatch]:
+    out = []
+    for la in m.launches:
+        func = la.func
+        if func is None:
+            continue
+        for node in ast.walk(func):
+            if not isinstance(node, ast.If) or not node.orelse or any(d.node is node for d in out):
+                continue
+            if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
+                continue  # elif chains are not a two-way dispatch
+            t = node.test
+            if not (isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], (ast.LtE, ast.Lt))):
+                continue
+            left = t.left
+            if isinstance(left, ast.Name):
+                v = single_value(func, left.id)
+                left = v if v is not None else left
+            if not _is_pow2_call(m, left):
+                continue
+            inside = {id(n) for s in node.body for n in ast.walk(s)}
+            other = {id(n) for s in node.orelse for n in ast.walk(s)}
+            a = [x.kernel for x in m.launches if id(x.call) in inside]
+            b = [x.kernel for x in m.launches if id(x.call) in other]
+            if len(set(a)) == 1 and len(set(b)) == 1 and a[0] != b[0]:
+                out.append(_Dispatch(func, node, a[0], b[0]))
+    return out
+
+
+# ------------------------------------------------------------------------------ applicable: loops
+
+
+@dataclass(frozen=True)
+class _Looped:
+    kernel: Kernel
+    launch: Launch
+    body: list[ast.stmt]  # the statement list holding the column loops
+    path: tuple[tuple[int, str], ...]  # how to reach ``body`` from the function body
+    loops: tuple[ast.For, ...]
+    n_param: str  # the column count (loop bound)
+    block: str  # the column block constexpr (loop step)
+
+
+def _body_paths(fn: ast.FunctionDef) -> list[tuple[tuple[tuple[int, str], ...], list[ast.stmt]]]:
+    out: list[tuple[tuple[tuple[int, str], ...], list[ast.stmt]]] = []
+
+    def visit(body: list[ast.stmt], path: tuple[tuple[int, str], ...]) -> None:
+        out.append((path, body))
+        for i, st in enumerate(body):
+            for attr in ("body", "orelse"):
+                sub = getattr(st, attr, None)
+                if isinstance(st, (ast.For, ast.While, ast.If, ast.With)) and isinstance(sub, list) and sub:
+                    visit(sub, (*path, (i, attr)))
+
+    visit(fn.body, ())
+    return out
+
+
+def _follow(fn: ast.FunctionDef, path: tuple[tuple[int, str], ...]) -> list[ast.stmt]:
+    body = fn.body
+    for i, attr in path:
+        body = getattr(body[i], attr)
+    return body
+
+
+def _column_loop(m: Module, k: Kernel, st: ast.stmt) -> tuple[str, str] | None:
+    """``for v in range(0, N, B)`` (or tl.range) with N a runtime parameter and B a constexpr one:
+    (N, B)."""
+    rc = range_call(st, m.al)
+    if rc is None or len(rc.args) != 3 or not isinstance(st.target, ast.Name):  # type: ignore[attr-defined]
+        return None
+    lo, n, b = rc.args
+    if not (isinstance(lo, ast.Constant) and lo.value == 0 and isinstance(n, ast.Name) and isinstance(b, ast.Name)):
+        return None
+    pn, pb = k.param(n.id), k.param(b.id)
+    if pn is None or pb is None or pn.constexpr or not pb.constexpr or st.orelse:  # type: ignore[attr-defined]
+        return None
+    return n.id, b.id
+
+
+def _looped(m: Module) -> list[_Looped]:
+    dispatched = {n for d in _dispatches(m) for n in (d.single, d.looped)}
+    out = []
+    for k in m.launched:
+        if k.name in dispatched or k.autotune is not None or k.heuristics is not None:
+            continue
+        if len(k.node.decorator_list) != 1:
+            continue
+        fcalls = {tl_func(n, m.al) for n in ast.walk(k.node)}
+        if "dot" in fcalls or not fcalls & {"sum", "max", "min"} or "program_id" not in fcalls:
+            continue
+        las = m.launches_of(k)
+        if len(las) != 1 or las[0].helper is not None:
+            continue
+        la = las[0]
+        if not (isinstance(la.stmt, ast.Expr) and la.stmt.value is la.call) or la.func is None:
+            continue
+        found = None
+        for path, body in _body_paths(k.node):
+            hits = [(st, cl) for st in body if (cl := _column_loop(m, k, st)) is not None]
+            if hits:
+                if found is not None:
+                    found = None
+                    break
+                found = (path, body, hits)
+        if found is None:
+            continue
+        path, body, hits = found
+        if len({cl for _, cl in hits}) != 1:
+            continue
+        n_param, block = hits[0][1]
+        loops_ = tuple(st for st, _ in hits)  # type: ignore[misc]
+        # every other loop stepping by the block (e.g. a loop over the full chunks only) refuses
+        others = [
+            lp for lp in ast.walk(k.node)
+            if isinstance(lp, (ast.For, ast.While)) and lp not in loops_
+            and block in _names([lp.iter if isinstance(lp, ast.For) else lp.test])
+        ]
+        if others or not self_contained(loops_):
+            continue
+        args = launch_args(la, k)
+        if block not in args or n_param not in args:
+            continue
+        if not _simple_host(args[n_param]) or _names([la.grid]) & _names([args[block]]) - {"triton"}:
+            continue
+        out.append(_Looped(k, la, body, path, loops_, n_param, block))  # type: ignore[arg-type]
+    return out
+
+
+def self_contained(loops_: tuple[ast.For, ...]) -> bool:
+    """No break/continue, and the loop variable is never assigned in the body."""
+    for lp in loops_:
+        var = lp.target.id  # type: ignore[attr-defined]
+        for n in ast.walk(lp):
+            if isinstance(n, (ast.Break, ast.Continue)):
+                return False
+            if isinstance(n, ast.Name) and n.id == var and isinstance(n.ctx, ast.Store) and n is not lp.target:
+                return False
+    return True
+
+
+def _simple_host(node: ast.expr) -> bool:
+    """A host expression with no calls (safe to evaluate once more for the dispatch)."""
+    return not any(isinstance(n, (ast.Call, ast.NamedExpr, ast.Lambda)) for n in ast.walk(node))
+
+
+def _atom(node: ast.AST) -> bool:
+    return isinstance(node, (ast.Name, ast.Constant, ast.Call, ast.Attribute, ast.Subscript))
+
+
+# ---------------------------------------------------------------------- building the single-pass copy
+
+
+def _unrolled_loop_text(m: Module, lp: ast.For) -> str:
+    """A column loop's body at the loop's indentation, with the loop variable at 0:
+    ``v + e`` / ``e + v`` / ``e - v`` become ``e``, any other ``v`` becomes ``0``."""
+    var = lp.target.id  # type: ignore[attr-defined]
+    first, last = m.src.stmt_lines(lp.body[0])[0], m.src.stmt_lines(lp.body[-1])[1]
+    start, end = m.src.line_span(first, last)
+    edits = []
+    done: set[int] = set()
+    for st in lp.body:
+        for n in ast.walk(st):
+            if not (isinstance(n, ast.Name) and n.id == var) or id(n) in done:
+                continue
+            parent = m.src.parent(n)
+            keep = None
+            if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Add):
+                keep = parent.right if parent.left is n else parent.left
+            elif isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Sub) and parent.right is n:
+                keep = parent.left
+            if keep is not None and not (isinstance(keep, ast.Name) and keep.id == var):
+                text = m.src.seg(keep)
+                s, e = m.src.span(parent)  # type: ignore[arg-type]
+                edits.append(Edit(s - start, e - start, text if _atom(keep) else f"({text})"))
+            else:
+                s, e = m.src.span(n)
+                edits.append(Edit(s - start, e - start, "0"))
+            done.add(id(n))
+    text = apply_edits(m.src.text[start:end], edits)
+    return reindent(text, m.src.indent_of(lp.body[0].lineno), m.src.indent_of(lp.lineno))
+
+
+class _Canon:
+    """Value keys of the names of one straight-line statement list: two expressions with the same
+    key compute the same value (same text over names holding the same values, loads of the same
+    addresses with no store in between)."""
+
+    def __init__(self, al: Any) -> None:
+        self.al = al
+        self.env: dict[str, str] = {}
+        self.epoch = 0
+        self.fresh = itertools.count()
+
+    def key(self, node: ast.AST) -> str | None:
+        """The key of an expression; None when it has side effects or calls outside triton.language."""
+        for n in ast.walk(node):
+            if isinstance(n, ast.Call):
+                f = tl_func(n, self.al)
+                method = isinstance(n.func, ast.Attribute) and n.func.attr == "to"
+                builtin = isinstance(n.func, ast.Name) and n.func.id in ("float", "int")
+                if (f is None and not method and not builtin) or f in _SIDE_EFFECTS:
+                    return None
+            if isinstance(n, (ast.NamedExpr, ast.Lambda, ast.Await, ast.Yield)):
+                return None
+        return self._canon(node)
+
+    def _canon(self, node: ast.AST) -> str:
+        if isinstance(node, ast.Name):
+            return self.env.get(node.id, f"outer:{node.id}")
+        parts = [type(node).__name__]
+        if isinstance(node, ast.Call) and tl_func(node, self.al) == "load":
+            parts.append(f"epoch{self.epoch}")
+        for field_name, value in ast.iter_fields(node):
+            if field_name == "ctx":
+                continue
+            if isinstance(value, ast.AST):
+                parts.append(f"{field_name}={self._canon(value)}")
+            elif isinstance(value, list):
+                items = (self._canon(v) if isinstance(v, ast.AST) else repr(v) for v in value)
+                parts.append(f"{field_name}=[{','.join(items)}]")
+            else:
+                parts.append(f"{field_name}={value!r}")
+        text = "(" + " ".join(parts) + ")"
+        return text if len(text) < 200 else "#" + hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    def clobber(self, st: ast.stmt) -> None:
+        for n in ast.walk(st):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                self.env[n.id] = f"fresh{next(self.fresh)}"
+            if isinstance(n, ast.Call) and (tl_func(n, self.al) in _SIDE_EFFECTS or tl_func(n, self.al) is None):
+                self.epoch += 1
+
+
+def _merge_row_loads(text: str, path: tuple[tuple[int, str], ...], start_index: int, al: Any, tl: str) -> str:
+    """In the function ``text``, drop the statements of the straight-line list at ``path`` (from
+    ``start_index`` on) that recompute a value a name already holds, and load each row address once:
+    the first load goes to a new name, later ones reuse it (``tl.where(mask, row, other)`` when their
+    ``other`` differs)."""
+    src = Src(text)
+    fn = src.tree.body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    body = _follow(fn, path)
+    canon = _Canon(al)
+    drop: list[ast.stmt] = []
+    groups: dict[str, list[tuple[ast.stmt, ast.Call]]] = {}
+    for i, st in enumerate(body):
+        target = None
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            target = st.targets[0].id
+        key = canon.key(st.value) if target is not None else None  # type: ignore[attr-defined]
+        if target is None or key is None:
+            canon.clobber(st)
+            continue
+        if i >= start_index and canon.env.get(target) == key:
+            drop.append(st)
+            continue
+        for n in ast.walk(st.value):  # type: ignore[attr-defined]
+            if isinstance(n, ast.Call) and tl_func(n, al) == "load" and n.args:
+                mask = next((kw.value for kw in n.keywords if kw.arg == "mask"), None)
+                lk = canon._canon(n.args[0]) + "|" + (canon._canon(mask) if mask is not None else "-")
+                lk += f"|epoch{canon.epoch}"
+                if len(n.args) == 1 and all(kw.arg in ("mask", "other", "eviction_policy", "cache_modifier")
+                                            for kw in n.keywords):
+                    groups.setdefault(lk, []).append((st, n))
+        canon.env[target] = key
+    edits: list[Edit] = []
+    for st in drop:
+        edits.append(Edit(*src.line_span(*src.stmt_lines(st)), ""))
+    used = set()
+    for members in groups.values():
+        members = [(st, c) for st, c in members if st not in drop]
+        if len(members) < 2:
+            continue
+        st0, c0 = members[0]
+        base = st0.targets[0].id  # type: ignore[attr-defined]
+        name = unique_name(src.tree, f"row_{base}")
+        while name in used:
+            name += "_"
+        used.add(name)
+        other0 = next((src.seg(kw.value) for kw in c0.keywords if kw.arg == "other"), None)
+        ind = src.indent_of(st0.lineno)
+        line0 = src.line_span(st0.lineno, st0.lineno)[0]
+        edits.append(Edit(line0, line0, f"{ind}{name} = {src.seg(c0)}\n"))
+        for _st, c in members:
+            mask = next((kw.value for kw in c.keywords if kw.arg == "mask"), None)
+            other = next((src.seg(kw.value) for kw in c.keywords if kw.arg == "other"), None)
+            if mask is not None and other is not None and other != other0:
+                new = f"{tl}.where({src.seg(mask)}, {name}, {other})"
+            else:
+                new = name
+            edits.append(Edit(*src.span(c), new))
+    return apply_edits(text, edits)
+
+
+def _single_pass_kernel(m: Module, lp: _Looped, name: str) -> str:
+    """The source of the single-pass copy of a looped kernel (no trailing blank line)."""
+    k = lp.kernel
+    start, end = m.src.line_span(*m.src.stmt_lines(k.node))
+    base = start
+    edits = []
+    # the def line: new name
+    head = m.src.text[base:end]
+    def_at = head.find(f"def {k.name}(")
+    edits.append(Edit(def_at + 4, def_at + 4 + len(k.name), name))
+    first_loop = lp.loops[0]
+    for loop in lp.loops:
+        s, e = m.src.line_span(*m.src.stmt_lines(loop))
+        edits.append(Edit(s - base, e - base, _unrolled_loop_text(m, loop)))
+    text = apply_edits(head, edits)
+    index = lp.body.index(first_loop)
+    # where the unrolled statements start, in the new function: same list, same index
+    return _merge_row_loads(text, lp.path, index, m.al, m.tl)
+
+
+# -------------------------------------------------------------------------------------- the operator
+
+
+class SinglePassRow(Operator):
+    """Rows that fit in registers are read once by a single-pass kernel; longer rows keep the
+    column-looped kernel."""
+
+    id = "single-pass-row"
+    name = "Single-pass rows (the whole row in registers when it fits)"
+    intent = (
+        "Give rows up to SINGLE_PASS_MAX columns a kernel that holds the whole row in registers "
+        "(column block = next_power_of_2(n_cols)) and reads it from memory once, and keep the "
+        "column-looped kernel, which re-reads the row on every pass, for longer rows."
+    )
+    carrier = (
+        "the host launch of a row kernel: `if next_power_of_2(n_cols) <= SINGLE_PASS_MAX:` launches "
+        "a single-pass kernel (column loops unrolled, one load of the row), `else:` the looped kernel"
+    )
+    anchor_predicate = "row_reduction and not has_dot and n_loops >= 1 and not single_pass_row"
+    anchor_description = (
+        "a row kernel that loops over the columns of its row in fixed blocks "
+        "(for off in range(0, n_cols, BLOCK)), reading the row once per pass (max/sum/write, "
+        "mean/var/normalize), with no host dispatch to a whole-row kernel for rows that fit"
+    )
+    default_params: ClassVar[Mapping[str, Any]] = {"max_cols": 8192}
+
+    def detect(self, source: str) -> list[Anchor]:
+        """The host dispatch to a single-pass kernel (present); a column-looped row kernel
+        (applicable)."""
+        m = parse(source)
+        if m is None:
+            return []
+        out = []
+        for d in _dispatches(m):
+            out.append(Anchor(
+                "present", d.node.lineno, d.node.end_lineno or d.node.lineno,
+                f"{d.func.name}: rows that fit launch {d.single} (whole row in registers), "
+                f"longer rows {d.looped}", d.single,
+            ))
+        for lp in _looped(m):
+            out.append(Anchor(
+                "applicable", lp.loops[0].lineno, lp.loops[-1].end_lineno or lp.loops[-1].lineno,
+                f"{lp.kernel.name}: {len(lp.loops)} loop(s) over the columns in blocks of {lp.block}",
+                lp.kernel.name,
+            ))
+        return out
+
+    # -- simplify: always take the looped path
+    def simplify(self, source: str) -> Rewrite | None:
+        """Replace the dispatch by its looped branch and delete what only the single-pass branch
+        used: the single-pass kernel, module constants and helpers, host locals."""
+        m = parse(source)
+        if m is None:
+            return None
+        found = _dispatches(m)
+        if not found:
+            return None
+        d = found[0]
+        edits = []
+        node = d.node
+        first, last = m.src.stmt_lines(node)
+        o_first = _whole_lines(m.src, node.orelse[0])[0]
+        o_last = m.src.stmt_lines(node.orelse[-1])[1]
+        if o_first <= (node.body[-1].end_lineno or 0) + 1:  # comments above else: keep only after it
+            o_first = m.src.stmt_lines(node.orelse[0])[0]
+        o_start, o_end = m.src.line_span(o_first, o_last)
+        kept = reindent(m.src.text[o_start:o_end], m.src.indent_of(node.orelse[0].lineno), m.src.indent_of(node.lineno))
+        edits.append(Edit(*m.src.line_span(first, last), kept))
+        removed: list[ast.AST] = [node.test, *node.body]
+        dead = self._dead(m, d, removed)
+        for st in dead:
+            edits.append(self._delete(m, st))
+        try:
+            after = apply_edits(source, edits)
+        except ValueError:
+            return None
+        return self._rewrite(source, after, {"code": hunks(source, edits)}, "simplify")
+
+    @staticmethod
+    def _dead(m: Module, d: _Dispatch, removed: list[ast.AST]) -> list[ast.stmt]:
+        """Definitions (module level, or top-level statements of the host function) that only the
+        removed code used, transitively."""
+        defs: dict[str, list[ast.stmt]] = {}
+
+        def define(st: ast.stmt) -> None:
+            if isinstance(st, (ast.FunctionDef, ast.ClassDef)):
+                defs.setdefault(st.name, []).append(st)
+            elif isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                defs.setdefault(st.targets[0].id, []).append(st)
+
+        for st in m.src.tree.body:
+            if st is not d.func:
+                define(st)
+        for st in d.func.body:
+            if st is not d.node:
+                define(st)
+        candidates = _names(removed)
+        dead: list[ast.stmt] = []
+        gone = {id(n) for r in removed for n in ast.walk(r)}
+        changed = True
+        while changed:
+            changed = False
+            live_uses: set[str] = set()
+            for n in ast.walk(m.src.tree):
+                if id(n) in gone:
+                    continue
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                    live_uses.add(n.id)
+                elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):
+                    pass
+            # names used in strings of __all__ etc. are not considered
+            for name in sorted(candidates):
+                sts = defs.get(name)
+                if not sts or name in live_uses or name == "run":
+                    continue
+                if len(sts) != 1:
+                    continue
+                st = sts[0]
+                if any(st is x for x in dead):
+                    continue
+                dead.append(st)
+                gone |= {id(n) for n in ast.walk(st)}
+                candidates |= _names([st.value if isinstance(st, ast.Assign) else st])
+                changed = True
+        return sorted(dead, key=lambda s: s.lineno)
+
+    @staticmethod
+    def _delete(m: Module, st: ast.stmt) -> Edit:
+        """The edit deleting a statement with its comment lines; a definition standing between blank
+        lines takes the blank lines above it along."""
+        first, last = _whole_lines(m.src, st)
+        lines = m.src.lines
+        after_blank = last >= len(lines) or lines[last].strip() == ""
+        if after_blank:
+            while first > 1 and lines[first - 2].strip() == "":
+                first -= 1
+        return Edit(*m.src.line_span(first, last), "")
+
+    # -- apply
+    def apply(
+        self, source: str, code: list[dict[str, Any]] | None = None, max_cols: int | None = None, **params: Any
+    ) -> Rewrite | None:
+        """Add a single-pass kernel and the host dispatch to it (rows up to ``max_cols`` columns,
+        default 8192) in front of a column-looped row kernel's launch. With the ``code`` simplify
+        recorded, the expert's dispatch, kernel and constants go back exactly."""
+        check_params(self.id, params, ())
+        if require_list(self.id, "code", code) is not None:
+            return rewrite_with_hunks(self, source, code, {"code": code})
+        limit = int(self.default_params["max_cols"] if max_cols is None else max_cols)
+        if limit < 1:
+            raise ValueError(f"{self.id}.apply: max_cols must be positive, got {limit}")
+        m = parse(source)
+        if m is None:
+            return None
+        found = _looped(m)
+        if not found:
+            return None
+        lp = found[0]
+        k, la = lp.kernel, lp.launch
+        base = k.name.removesuffix("_kernel")
+        kname = unique_name(m.src.tree, f"{base}_single_pass" + ("_kernel" if base != k.name else ""))
+        const = unique_name(m.src.tree, "SINGLE_PASS_MAX")
+        blk = unique_name(m.src.tree, "row_block")
+        try:
+            kernel_text = _single_pass_kernel(m, lp, kname)
+        except (SyntaxError, ValueError):
+            return None
+        args = launch_args(la, k)
+        n_text = m.src.seg(args[lp.n_param])
+        # host: the dispatch around the launch
+        stmt = la.stmt
+        assert stmt is not None
+        s_first, s_last = m.src.stmt_lines(stmt)
+        s_start, s_end = m.src.line_span(s_first, s_last)
+        ind = m.src.indent_of(stmt.lineno)
+        launch_text = m.src.text[s_start:s_end]
+        bs, be = m.src.span(args[lp.block])
+        single = apply_edits(launch_text, [
+            Edit(bs - s_start, be - s_start, blk),
+            Edit(*(p - s_start for p in m.src.span(la.call.func.value)), kname),  # type: ignore[attr-defined]
+        ])
+        host = (
+            f"{ind}{blk} = {m.triton}.next_power_of_2({n_text})\n"
+            f"{ind}if {blk} <= {const}:\n"
+            f"{ind}    # the whole row in registers: one read of the row\n"
+            + reindent(single, ind, ind + "    ")
+            + f"{ind}else:\n"
+            + reindent(launch_text, ind, ind + "    ")
+        )
+        edits = [Edit(s_start, s_end, host)]
+        # the kernel, right after the looped one
+        k_end = m.src.line_span(*m.src.stmt_lines(k.node))[1]
+        edits.append(Edit(k_end, k_end, "\n\n" + kernel_text))
+        # the constant, after the imports
+        imports = [st for st in m.src.tree.body if isinstance(st, (ast.Import, ast.ImportFrom))]
+        if not imports:
+            return None
+        at = m.src.line_span(*m.src.stmt_lines(imports[-1]))[1]
+        edits.append(Edit(at, at, f"\n{const} = {limit}  # widest row held whole in registers; longer rows loop\n"))
+        try:
+            after = apply_edits(source, edits)
+        except ValueError:
+            return None
+        return self._rewrite(source, after, {"max_cols": limit}, "apply")

@@ -1,0 +1,118 @@
+"""single-pass-row on both sides of the dispatch (a small ``max_cols`` sends some rows to the looped
+kernel), on the held-out log-softmax, and on the experts' long-row path; plus its refusals."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import tomllib
+
+import pytest
+import torch
+
+from klineage.transforms.features import kernel_features
+from klineage.transforms.registry import get_operator
+from tests.transforms.harness import FIXTURES, ROOT, WORKLOADS, Case, check, naive_cases
+
+OP = get_operator("single-pass-row")
+NAIVE = naive_cases()
+
+
+def _workload_case(folder, source_name: str, shapes: list[dict]) -> Case:
+    meta = tomllib.loads((folder / "manifest.toml").read_text())["workload"]
+    spec = importlib.util.spec_from_file_location(f"klineage_spr_{folder.name}", folder / meta["reference"])
+    assert spec is not None and spec.loader is not None
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    tol = float(meta.get("tolerance", {}).get("fp32", 1e-4))
+    return Case(
+        folder.name,
+        (folder / source_name).read_text(),
+        lambda: [tuple(ref.make_inputs(s, "fp32", 0)) for s in shapes],
+        ref.reference,
+        rtol=max(tol, 1e-4),
+        atol=1e-4,
+    )
+
+
+def _loads_of(source: str, kernel: str) -> int:
+    tree = ast.parse(source)
+    fn = next(f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == kernel)
+    return sum(1 for n in ast.walk(fn) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "load")
+
+
+@pytest.mark.parametrize("name", ["naive_looped_softmax", "naive_looped_rmsnorm", "naive_layernorm"])
+def test_single_pass_row_both_paths(name: str) -> None:
+    """Rows of 40 columns take the single-pass kernel, rows of 300 the looped one (max_cols=128)."""
+    case = NAIVE[name]
+    rw = OP.apply(case.source, max_cols=128)
+    assert rw is not None and OP.present(rw.source) and rw.params == {"max_cols": 128}
+    assert "SINGLE_PASS_MAX = 128" in rw.source
+    assert kernel_features(rw.source)["single_pass_row"]
+    spec = case.inputs()[0]
+    for cols in (40, 300):
+        g = torch.Generator().manual_seed(cols)
+        args = tuple(
+            torch.randn((*a.shape[:-1], cols), generator=g) if a.dim() else a for a in spec
+        )
+        small = Case(name, case.source, lambda args=args: [args], case.reference)
+        assert check(small, rw.source) <= 1.0, (name, cols)
+    back = OP.simplify(rw.source)
+    assert back is not None and back.source == case.source, "simplify(apply(x)) gives x back"
+
+
+def test_single_pass_kernel_reads_the_row_once() -> None:
+    rw = OP.apply(NAIVE["naive_looped_softmax"].source)
+    assert rw is not None
+    assert _loads_of(rw.source, "softmax_kernel") == 3
+    assert _loads_of(rw.source, "softmax_single_pass_kernel") == 1
+    assert "tl.where(mask, row_x, 0.0)" in rw.source  # the write pass's other=0.0 is kept
+
+
+def test_single_pass_row_on_heldout_log_softmax() -> None:
+    case = _workload_case(ROOT / "heldout" / "log_softmax", "naive.py", [{"rows": 3, "cols": 300}])
+    assert OP.applicable(case.source) and not OP.present(case.source)
+    for limit in (8192, 128):
+        rw = OP.apply(case.source, max_cols=limit)
+        assert rw is not None and OP.present(rw.source)
+        assert check(case, rw.source) <= 1.0, limit
+
+
+@pytest.mark.parametrize(("workload", "shape"), [
+    ("softmax", {"rows": 2, "cols": 40000}),  # wider than SINGLE_PASS_MAX: the expert's online kernel
+    ("layernorm", {"rows": 2, "cols": 20000}),  # wider than SINGLE_PASS_MAX: the chunked kernel
+])
+def test_simplified_experts_on_long_rows(workload: str, shape: dict) -> None:
+    case = _workload_case(WORKLOADS / workload, "expert.py", [shape])
+    rw = OP.simplify(case.source)
+    assert rw is not None and not OP.present(rw.source)
+    assert "SINGLE_PASS_MAX" not in rw.source.split('"""', 2)[2]  # gone from the code (not the docstring)
+    assert check(case, rw.source) <= 1.0
+    assert OP.apply(rw.source, **rw.params).source == case.source
+
+
+def test_generic_apply_on_the_simplified_layernorm_expert() -> None:
+    case = _workload_case(WORKLOADS / "layernorm", "expert.py", [{"rows": 3, "cols": 200}])
+    rw = OP.simplify(case.source)
+    assert rw is not None
+    again = OP.apply(rw.source, max_cols=128)  # 200 columns: the chunked kernel
+    assert again is not None and check(case, again.source) <= 1.0
+    again = OP.apply(rw.source)  # the single-pass copy of the chunked kernel
+    assert again is not None and check(case, again.source) <= 1.0
+
+
+def test_single_pass_row_refusals() -> None:
+    # whole-row kernels (already single pass, no column loop) and dot kernels: nothing to add
+    for name in ("naive_softmax", "naive_rmsnorm", "naive_rowsum", "naive_gemm", "naive_attention"):
+        assert OP.apply(NAIVE[name].source) is None, name
+        assert OP.detect(NAIVE[name].source) == [], name
+    # a loop over the full chunks only (bound n_full, not the column count): not recognised
+    ce = (WORKLOADS / "cross_entropy" / "expert.py").read_text()
+    assert OP.apply(ce) is None and OP.simplify(ce) is None
+    softmax = OP.simplify((WORKLOADS / "softmax" / "expert.py").read_text())
+    assert softmax is not None and OP.apply(softmax.source) is None
+    with pytest.raises(ValueError, match="max_cols"):
+        OP.apply(NAIVE["naive_looped_softmax"].source, max_cols=0)
+    # already dispatched: not applicable again
+    rw = OP.apply((FIXTURES / "naive_looped_rmsnorm.py").read_text())
+    assert rw is not None and not OP.applicable(rw.source) and OP.apply(rw.source) is None
