@@ -16,13 +16,9 @@ from .heldout import failed_gates, heldout_dirs, naive_sources, validate_all
 
 #: (operator, workload) -> why ``apply`` fails there (found by this check; see the report).
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    **{
-        ("num-warps", w): "detect reports an applicable anchor (launch without num_warps) but apply "
-        "returns None: the warps it computes from the tile equal the default 4, so it adds nothing"
-        for w in ("bmm", "linear_gelu", "log_softmax", "silu_mul")
-    },
-    ("multi-row", "row_absmax"): "apply rewrites `ROWS = 1` to `max(1, min(4096 // BLOCK, 16))` but "
-    "`BLOCK` is assigned after `ROWS` in run(): UnboundLocalError before any launch",
+    # (num-warps on bmm/linear_gelu/log_softmax/silu_mul: detect no longer reports a place where the
+    # computed warps equal the default 4; multi-row on row_absmax: apply sizes rows from the expression
+    # BLOCK is computed from, since BLOCK is assigned after ROWS) -- both fixed, keep this list honest.
 }
 
 #: Operators that no held-out kernel exercises, with the reason (none today: keep it that way).

@@ -659,10 +659,30 @@ class MultiRow(Operator):
             return []
         out = []
         for k in m.kernels:
-            for _, p, v in self._sites(m, k):
-                kind = "applicable" if isinstance(v, ast.Constant) and v.value == 1 else "present"
+            for la, p, v in self._sites(m, k):
+                one = isinstance(v, ast.Constant) and v.value == 1
+                if one and self._column_block(m, k, la, p, v) is None:
+                    continue  # one row per program, but apply could not size the rows from the columns
+                kind = "applicable" if one else "present"
                 out.append(anchor(kind, v, f"{p} = {m.src.seg(v)} rows per program in {k.name}", k))
         return out
+
+    @staticmethod
+    def _column_block(m: Any, k: Any, la: Any, p: str, v: ast.expr) -> ast.expr | None:
+        """The launch argument of the kernel's one column block, when rows per program can be sized
+        from it at ``v`` (it is bound there); None otherwise."""
+        cols = [q for q in arange_blocks(k, m.al) if q != p]
+        args = launch_args(la, k)
+        if len(cols) != 1 or cols[0] not in args:
+            return None
+        block = args[cols[0]]
+        if _assigned_after(la.func, block, v.lineno):
+            # computed after rows-per-program: use the expression it is computed from, if that is bound
+            value = single_value(la.func, block.id) if isinstance(block, ast.Name) else None
+            if value is None or _assigned_after(la.func, value, v.lineno):
+                return None
+            return value
+        return block
 
     def simplify(self, source: str) -> Rewrite | None:
         """One row per program: the rows-per-program value becomes 1."""
@@ -707,16 +727,26 @@ class MultiRow(Operator):
             for la, p, v in self._sites(m, k):
                 if not (isinstance(v, ast.Constant) and v.value == 1):
                     continue
-                cols = [q for q in arange_blocks(k, m.al) if q != p]
-                args = launch_args(la, k)
-                if len(cols) != 1 or cols[0] not in args:
+                block = self._column_block(m, k, la, p, v)
+                if block is None:
                     continue
-                edits.add(
-                    Edit(*m.src.span(v), f"max(1, min({tile_elems} // {m.src.seg(args[cols[0]])}, 16))")
-                )
+                edits.add(Edit(*m.src.span(v), f"max(1, min({tile_elems} // {m.src.seg(block)}, 16))"))
         if not edits:
             return None
         return self._rewrite(source, apply_edits(source, edits), {"tile_elems": tile_elems}, "apply")
+
+
+def _assigned_after(func: ast.AST | None, expr: ast.expr, line: int) -> bool:
+    """True when a name used in ``expr`` is assigned in ``func`` after ``line`` (so not yet bound there)."""
+    if func is None:
+        return False
+    names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+    for node in ast.walk(func):
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign) and node.lineno > line:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id in names for tgt in targets for t in ast.walk(tgt)):
+                return True
+    return False
 
 
 _ = (call_items, kwarg)

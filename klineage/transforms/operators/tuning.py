@@ -679,7 +679,8 @@ class NumWarps(Operator):
         ]
         with_sites = {k.name for k, _, _ in self._sites(m)}
         for k in m.launched:
-            if k.name not in with_sites and self._warps_expr(m, k) is not None:
+            # "4" is Triton's default: adding it changes nothing, so it is no place to apply
+            if k.name not in with_sites and self._warps_expr(m, k) not in (None, "4"):
                 for la in m.launches_of(k):
                     out.append(
                         anchor("applicable", la.call, f"{k.name} launches with the default 4 warps", k)
