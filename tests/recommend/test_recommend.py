@@ -133,12 +133,18 @@ def test_a_false_valid_when_blocks_an_addable_skill(kb: KnowledgeBase) -> None:
     assert hits["grouped-order"].applicable == APPLICABLE  # no VALID_WHEN
 
 
-def test_an_apply_that_changes_nothing_is_not_an_anchor() -> None:
-    anchors = operator_anchors(source_of("silu_mul"))
-    assert get_operator("num-warps").applicable(source_of("silu_mul"))
-    assert anchors["num-warps"].state == "absent"
-    assert "apply changes nothing" in anchors["num-warps"].detail
+def test_an_apply_that_changes_nothing_is_not_an_anchor(monkeypatch: pytest.MonkeyPatch) -> None:
+    source = source_of("linear_gelu")
+    tile = get_operator("tile-size")
+    assert tile.applicable(source) and operator_anchors(source)["tile-size"].state == "applicable"
+    # an operator whose detect finds a place but whose apply would change nothing there
+    monkeypatch.setattr(type(tile), "apply", lambda self, src, **params: None)
+    anchors = operator_anchors(source)
+    assert anchors["tile-size"].state == "absent"
+    assert "apply changes nothing" in anchors["tile-size"].detail
     assert set(anchors) == set(operator_ids())
+    # num-warps on the SwiGLU gate: its computed warps equal the default 4, so detect offers no place
+    assert operator_anchors(source_of("silu_mul"))["num-warps"].state == "absent"
 
 
 def _graphql_applicability(kb: KnowledgeBase, source: str, context: dict[str, Any]) -> dict[str, str]:
