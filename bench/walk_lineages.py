@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from klineage.ingest.replay import replay_report, replay_source  # noqa: E402
+from klineage.ingest.replay import replay_check  # noqa: E402
 from klineage.ingest.walker import Walker, WalkEvent, WalkOptions  # noqa: E402
 from klineage.validator import LocalValidator  # noqa: E402
 
@@ -71,10 +71,7 @@ def main() -> int:
         entry = {"workload": name, "complete": doc["complete"], "steps": len(doc["steps"]),
                  "accepted": sum(1 for s in doc["steps"] if s["accepted"]), "wall_s": time.monotonic() - t0}
         if doc["complete"] and not args.no_replay and args.budget_s - (time.monotonic() - start) > 40:
-            source, steps = replay_source(doc)
-            sources = {k["sha"]: k["source"] for k in doc["kernels"]}
-            expert, rebuilt = walker.measure_many([sources[doc["start"]], source], baseline)
-            report = replay_report(name, steps, expert.perf or expert.check, rebuilt.perf or rebuilt.check)
+            report, rebuilt, source = replay_check(doc, walker)
             failed = rebuilt.failed
             data = {"workload": name, "passed": report.passed, "rebuilt_failed": failed,
                     "steps": [vars(s) for s in report.steps],

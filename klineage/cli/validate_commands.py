@@ -16,6 +16,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from klineage.validator.cache import default_cache_path
+
 out = Console()
 err = Console(stderr=True)
 
@@ -24,9 +26,6 @@ validator_app = typer.Typer(name="validator", help="The validator service (gates
 
 _STYLE = {"pass": "green", "fail": "bold red", "skipped": "yellow"}
 
-
-def _default_cache() -> Path:
-    return Path(os.environ.get("KLINEAGE_VALIDATOR_CACHE", ".klineage/validator/cache.sqlite"))
 
 
 def _print_table(doc: dict[str, Any], cached: bool) -> None:
@@ -79,7 +78,7 @@ def validate(
         if server:
             result = HttpValidator(server).validate(source, workload, gates, shape_list)
         else:
-            local = LocalValidator(cache=None if no_cache else _default_cache(), timeout_s=timeout,
+            local = LocalValidator(cache=None if no_cache else default_cache_path(), timeout_s=timeout,
                                    device="cpu" if cpu else "auto")
             result = local.validate(source, Path(workload), gates, shape_list)
             cached = local.last_cached

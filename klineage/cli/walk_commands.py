@@ -12,7 +12,6 @@ Exit codes: 0 done (also when the walk is incomplete: the document says ``"compl
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,14 +19,13 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from klineage.validator.cache import default_cache_path
+
 out = Console()
 err = Console(stderr=True)
 
 _STYLE = {"accept": "green", "reject": "red", "measure": "dim", "measured": "", "stop": "bold"}
 
-
-def _default_cache() -> Path:
-    return Path(os.environ.get("KLINEAGE_VALIDATOR_CACHE", ".klineage/validator/cache.sqlite"))
 
 
 def _bad(message: str) -> typer.Exit:
@@ -75,7 +73,7 @@ def walk(
         client: Any = HttpValidator(validator)
         baseline: Any = client
     else:
-        path = cache or _default_cache()
+        path = cache or default_cache_path()
         device = "cpu" if cpu else "auto"
         client = LocalValidator(cache=path, device=device, timing={"rep_ms": rep_ms, "baseline": False})
         baseline = LocalValidator(cache=path, device=device)
@@ -114,23 +112,22 @@ def replay(
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Rebuild the kernel forward from LINEAGE's naive end with its skills' apply; compare with the expert."""
-    from klineage.ingest.replay import replay_report, replay_source
+    from klineage.ingest.replay import replay_check
+    from klineage.ingest.walker import Walker
     from klineage.schema.errors import FormatError
     from klineage.schema.lineage_document import load_lineage_document
     from klineage.validator import LocalValidator
 
     try:
         doc = load_lineage_document(lineage).data
+        path = cache or default_cache_path()
+        walker = Walker(workload_dir, LocalValidator(cache=path, timing={"rep_ms": 50.0, "baseline": False}),
+                        baseline_validator=LocalValidator(cache=path))
     except FormatError as exc:
         raise _bad(str(exc)) from exc
-    sources = {k["sha"]: k["source"] for k in doc["kernels"]}
-    source, steps = replay_source(doc)
-    local = LocalValidator(cache=cache or _default_cache())
-    gates = ("static", "compile", "correctness", "integrity", "performance")
-    expert = local.validate(sources[doc["start"]], workload_dir, gates)
-    rebuilt = local.validate(source, workload_dir, gates)
-    report = replay_report(doc["workload"]["name"], steps, expert, rebuilt)
-    data = {"workload": report.workload, "verdict": rebuilt.verdict, "passed": report.passed,
+    report, rebuilt, _ = replay_check(doc, walker)
+    verdict = "fail" if rebuilt.failed else "pass"
+    data = {"workload": report.workload, "verdict": verdict, "passed": report.passed,
             "steps": [{"operator": s.operator, "applied": s.applied, "note": s.note} for s in report.steps],
             "cases": [{"shape": dict(c.shape), "dtype": c.dtype, "expert_ms": c.expert_ms, "replay_ms": c.replay_ms,
                        "ratio": c.ratio} for c in report.cases]}
@@ -141,9 +138,9 @@ def replay(
             out.print(f"  {'+' if s.applied else '·'} {s.operator} {s.note}")
         for c in report.cases:
             out.print(f"  {json.dumps(dict(c.shape))} {c.dtype}: {c.ratio:.3f}x of the expert")
-        failed = rebuilt.failed_gate
-        out.print(f"replayed kernel: {rebuilt.verdict}" + (f" ({failed.gate}: {failed.reason})" if failed else ""))
-    sys.exit(0 if report.passed and rebuilt.verdict == "pass" else 1)
+        failed = rebuilt.failed
+        out.print(f"replayed kernel: {verdict}" + (f" ({failed[0]}: {failed[1]})" if failed else ""))
+    sys.exit(0 if report.passed and verdict == "pass" else 1)
 
 
 def register(app: typer.Typer) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from klineage.ingest.walker import accepted_path, case_key, naive_end
+from klineage.ingest.walker import Measurement, Walker, accepted_path, naive_end, timed_cases
 from klineage.schema.gate_result import GateResult
 from klineage.schema.ids import kernel_sha
 from klineage.transforms.registry import get_operator
@@ -92,11 +92,8 @@ def replay_source(doc: Mapping[str, Any]) -> tuple[str, tuple[ReplayStep, ...]]:
 
 
 def _medians(result: GateResult) -> dict[str, tuple[dict[str, Any], str, float]]:
-    gate = result.gate("performance")
-    if gate is None or gate.status != "pass":
-        return {}
-    return {case_key(r["shape"], r["dtype"]): (dict(r["shape"]), str(r["dtype"]), float(r["candidate"]["median_ms"]))
-            for r in gate.metrics.get("rows", ())}
+    times, _, cases = timed_cases(result)
+    return {key: (*cases[key], ms) for key, ms in times.items()}
 
 
 def replay_report(workload: str, steps: Sequence[ReplayStep], expert: GateResult,
@@ -106,3 +103,14 @@ def replay_report(workload: str, steps: Sequence[ReplayStep], expert: GateResult
     cases = tuple(ReplayCase(shape, dtype, ms, ours[key][2])
                   for key, (shape, dtype, ms) in _medians(expert).items() if key in ours)
     return ReplayReport(workload, tuple(steps), cases, threshold)
+
+
+def replay_check(doc: Mapping[str, Any], walker: Walker) -> tuple[ReplayReport, Measurement, str]:
+    """Rebuild ``doc``'s kernel forward, gate it and the expert with the walker's baseline validator
+    (the expert's results come from the walk's cache), and compare them: (report, rebuilt, source)."""
+    source, steps = replay_source(doc)
+    sources = {k["sha"]: k["source"] for k in doc["kernels"]}
+    expert, rebuilt = walker.measure_many([sources[doc["start"]], source], walker.baseline_validator)
+    report = replay_report(doc["workload"]["name"], steps, expert.perf or expert.check,
+                           rebuilt.perf or rebuilt.check)
+    return report, rebuilt, source

@@ -104,7 +104,9 @@ def case_key(shape: Mapping[str, Any], dtype: str) -> str:
     return canonical_json({"shape": dict(shape), "dtype": dtype})
 
 
-def _times(perf: GateResult | None) -> tuple[dict[str, float], dict[str, float], dict[str, tuple[dict, str]]]:
+def timed_cases(perf: GateResult | None) -> tuple[dict[str, float], dict[str, float], dict[str, tuple[dict, str]]]:
+    """From a performance gate result: median ms per case, vendor ms per case, and each case's
+    (shape, dtype); all empty when the gate did not pass."""
     times: dict[str, float] = {}
     vendor: dict[str, float] = {}
     cases: dict[str, tuple[dict, str]] = {}
@@ -202,14 +204,14 @@ class Walker:
         if len(sources) == 1 and not self._split_cached(validator, sources[0]):
             result = validator.validate(sources[0], self.workload_dir, (*CHECK_GATES, "performance"))
             check, perf = _split(result)
-            times, vendor, cases = _times(perf)
+            times, vendor, cases = timed_cases(perf)
             return [Measurement(kernel_sha(sources[0]), check, perf, times, vendor, cases)]
         with ThreadPoolExecutor(max_workers=max(1, self.options.parallel)) as pool:
             checks = list(pool.map(self._check, sources))
         out = []
         for source, check in zip(sources, checks, strict=True):
             perf = self._perf(source, validator) if check.verdict == "pass" else None
-            times, vendor, cases = _times(perf)
+            times, vendor, cases = timed_cases(perf)
             out.append(Measurement(kernel_sha(source), check, perf, times, vendor, cases))
         return out
 
@@ -252,11 +254,11 @@ class Walker:
                 break
             accepted: _Candidate | None = None
             while candidates:
-                stale = [c for c in candidates.values() if c.measured_at != current.sha]
-                never = [c for c in stale if c.measurement is None]
-                pending = never or ([self._cheapest(candidates)] if self._cheapest(candidates) in stale else [])
+                cheapest = self._cheapest(candidates)
+                never = [c for c in candidates.values() if c.measurement is None]
+                pending = never or ([cheapest] if cheapest.measured_at != current.sha else [])
                 if not pending:
-                    accepted = self._cheapest(candidates)
+                    accepted = cheapest
                     break
                 if self._out_of_time():
                     complete = False
@@ -325,11 +327,9 @@ class Walker:
         step: dict[str, Any] = {
             "index": index, "operator": cand.operator.id, "params": dict(cand.rewrite.params),
             "from": current.sha, "to": cand.sha, "diff": cand.rewrite.diff, "accepted": accepted,
-            "gate": gate, "reason": reason, "timings": step_timings(current, m) if accepted else [],
+            "gate": gate, "reason": reason, "timings": step_timings(current, m),
             "gate_runs": [*extra_runs, *m.gate_runs()],
         }
-        if not accepted and m.times_ms:
-            step["timings"] = step_timings(current, m)
         return step
 
     def _document(self, start: Measurement, kernels: Mapping[str, str], steps: list[dict[str, Any]],

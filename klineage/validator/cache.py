@@ -17,6 +17,15 @@ from typing import Any
 
 from klineage.schema.gate_result import GateResult
 
+DEFAULT_CACHE_ENV = "KLINEAGE_VALIDATOR_CACHE"
+
+
+def default_cache_path() -> Path:
+    """``$KLINEAGE_VALIDATOR_CACHE``, else ``.klineage/validator/cache.sqlite``: the cache the CLI uses."""
+    import os
+
+    return Path(os.environ.get(DEFAULT_CACHE_ENV, ".klineage/validator/cache.sqlite"))
+
 
 class ResultCache:
     """A small thread-safe SQLite store of gate result documents and device ceilings."""
