@@ -7,9 +7,10 @@ next to the vendor with the method of ``bench/workloads.py`` (L2 flushed, CUDA e
 For autotuned kernels the per-config autotune timings are printed too. Results go to stdout (a
 short table at the end) and, with ``--out DIR``, to ``DIR/explore.jsonl`` and ``DIR/explore.txt``.
 
-Plans (both are records of calls made on 2026-12-03; ``--dry`` reports which substitutions are
+Plans (records of calls made on 2026-12-03; ``--dry`` reports which substitutions are
 stale against today's kernels):
 - ``tune1``: the sweep of the first H200 call, run against the kernels of commit 212d2cf.
+- ``w16``: layernorm's hoisted weight and bias kept in 16 bits (third session, issue 4).
 - ``select``: the open questions of the second call, run against commit f9932d5; with ``--select`` the
   variant with the best geometric-mean speedup over the plan's cases (all of them correct, and at least
   1% ahead of the current expert) is written over ``workloads/<name>/expert.py`` before the final
@@ -204,7 +205,28 @@ PLANS_SELECT: dict[str, dict] = {
         },
     },
 }
-PLANS = {"tune1": PLANS_TUNE1, "select": PLANS_SELECT}
+_LN_LOAD = 'tl.load({0}_ptr + cols, mask=col_ok, other=0.0, eviction_policy="evict_last").to(tl.float32)'
+LN_W_HOIST = ("        # weight and bias: read once per program, kept in registers for every row it normalises.\n"
+              f"        w = {_LN_LOAD.format('w')}\n        b = {_LN_LOAD.format('b')}\n")
+LN_W16 = [(LN_W_HOIST, LN_W_HOIST.replace(".to(tl.float32)", "")),
+          ("y = xc * rstd[:, None] * w[None, :] + b[None, :]",
+           "y = xc * rstd[:, None] * w[None, :].to(tl.float32) + b[None, :].to(tl.float32)")]
+
+# Issue 4 (third session): the untried idea of layernorm's NOTES.md, hoisted weight/bias kept in
+# 16 bits (half the registers they hold), alone and with more resident programs.
+PLANS_W16: dict[str, dict] = {
+    "layernorm": {
+        "cases": [({"rows": 16384, "cols": 8192}, "bf16"), ({"rows": 32768, "cols": 768}, "bf16"),
+                  ({"rows": 65536, "cols": 128}, "bf16"), ({"rows": 4096, "cols": 4096}, "bf16"),
+                  ({"rows": 8192, "cols": 5120}, "bf16")],
+        "variants": {
+            "expert": [],
+            "w16": LN_W16,
+            "w16_p64": [*LN_W16, (LN_PROGRAMS, LN_PROGRAMS.replace("32 //", "64 //"))],
+        },
+    },
+}
+PLANS = {"tune1": PLANS_TUNE1, "select": PLANS_SELECT, "w16": PLANS_W16}
 
 
 def load_variant(name: str, variant: str, subs: list[tuple[str, str]], tmp: Path):

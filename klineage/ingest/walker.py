@@ -94,7 +94,7 @@ class Measurement:
 class WalkEvent:
     """Progress of a walk, for progress bars and logs."""
 
-    kind: str  # "measure" | "measured" | "accept" | "reject" | "stop"
+    kind: str  # "measure" | "measured" | "accept" | "reject" | "error" | "stop"
     message: str
     step: int = 0
 
@@ -300,9 +300,14 @@ class Walker:
                  previous: Mapping[str, _Candidate]) -> list[_Candidate]:
         out = []
         for op in self.operators:
-            if op.id in rejected or not op.present(source):
+            if op.id in rejected:
                 continue
-            rewrite = op.simplify(source)
+            try:
+                rewrite = op.simplify(source) if op.present(source) else None
+            except Exception as exc:  # an operator bug must not end the walk: report it, drop the operator
+                rejected.add(op.id)
+                self.on_event(WalkEvent("error", f"{op.id}: simplify raised {type(exc).__name__}: {exc}"))
+                continue
             if rewrite is None:
                 continue
             sha = kernel_sha(rewrite.source)

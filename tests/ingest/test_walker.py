@@ -117,6 +117,23 @@ def test_lazy_remeasurement_only_for_the_cheapest(tmp_path: Path) -> None:
     assert len(perf_jobs) == 1 + 5 + 4
 
 
+class RaisingOperator(MarkerOperator):
+    """A buggy operator: its simplify raises."""
+
+    def simplify(self, source: str) -> Rewrite | None:
+        raise ValueError("overlapping edits at 7")
+
+
+def test_an_operator_that_raises_is_reported_and_dropped_not_fatal(tmp_path: Path) -> None:
+    ops = [MarkerOperator("good"), RaisingOperator("buggy")]
+    events = []
+    doc = Walker(_workload(tmp_path, ["good", "buggy"]), ScriptedValidator({"good": (1.2, 1.2), "buggy": (1, 1)}),
+                 ops, on_event=events.append).run()
+    assert [s["operator"] for s in doc["steps"]] == ["good"] and doc["complete"] is True
+    errors = [e.message for e in events if e.kind == "error"]
+    assert errors == ["buggy: simplify raised ValueError: overlapping edits at 7"]  # once, then dropped
+
+
 def test_budget_stops_incomplete_and_the_cache_resumes(tmp_path: Path) -> None:
     ops = [MarkerOperator(i) for i in ("a", "b", "c")]
     validator = ScriptedValidator({"a": (1.1, 1.1), "b": (1.2, 1.2), "c": (1.3, 1.3)})

@@ -66,6 +66,13 @@ def _replace_stmt_with(m: Module, stmt: ast.stmt, body: list[ast.stmt]) -> Edit:
 # ------------------------------------------------------------------------------------- mask-elision
 
 
+def _divisibility_test(node: ast.AST) -> bool:
+    """True for a test that a size fits the tile: ``a % b == 0`` or ``a == b`` (not ``a <= LIMIT``)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+        return True
+    return isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.NotEq))
+
+
 class MaskElision(Operator):
     """Unmasked loads when the shape divides the tile (EVEN_K style)."""
 
@@ -83,15 +90,12 @@ class MaskElision(Operator):
         from_test: set[str] = set()
         if k.heuristics is not None and k.heuristics.args and isinstance(k.heuristics.args[0], ast.Dict):
             for key, v in zip(k.heuristics.args[0].keys, k.heuristics.args[0].values, strict=True):
-                if str_const(key) and any(
-                    isinstance(n, (ast.Compare,)) or (isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod))
-                    for n in ast.walk(v)
-                ):
+                if str_const(key) and any(_divisibility_test(n) for n in ast.walk(v)):
                     from_test.add(str_const(key))  # type: ignore[arg-type]
         for la in m.launches_of(k):
             for p, v in launch_args(la, k).items():
                 v = single_value(la.func, v.id) or v if isinstance(v, ast.Name) else v
-                if isinstance(v, ast.Compare):
+                if _divisibility_test(v):
                     from_test.add(p)
         used = set()
         for n in ast.walk(k.node):
@@ -201,9 +205,10 @@ class MaskElision(Operator):
             for f in flags:
                 for n, neg in self._ifs(m, k, f):
                     edits.append(_replace_stmt_with(m, n, n.body if neg else n.orelse))
-                for la in m.launches_of(k):
-                    if any(kw.arg == f for kw in la.call.keywords):
-                        edits += remove_keywords(m.src, la.call, {f})
+            for la in m.launches_of(k):  # one removal per call: neighbouring keywords share a comma
+                passed = {kw.arg for kw in la.call.keywords} & set(flags)
+                if passed:
+                    edits += remove_keywords(m.src, la.call, passed)
             names = [p.name for p in k.params]
             edits += remove_items(m.src, param_spans(m.src, k.node), {names.index(f) for f in flags})
             if k.heuristics is not None and isinstance(k.heuristics.args[0], ast.Dict):
