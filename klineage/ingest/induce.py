@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -157,8 +158,33 @@ def _best_leaf(side: int, positives: int, clauses: Sequence[_Clause]) -> _Leaf:
     return best
 
 
-def _conj(*parts: str) -> str:
-    return " and ".join(parts)
+_COMPARISON = re.compile(r"^(\w+) (>=|<|==|!=) (.+)$")
+
+
+def _implies(a: str, b: str) -> bool:
+    """True when clause ``a`` alone guarantees clause ``b`` (same feature: a tighter bound, or an
+    equality that rules the other value out)."""
+    if a == b:
+        return True
+    ma, mb = _COMPARISON.match(a), _COMPARISON.match(b)
+    if ma is None or mb is None or ma[1] != mb[1]:
+        return False
+    if ma[2] == "==" and mb[2] == "!=":
+        return ma[3] != mb[3]
+    if ma[2] != mb[2] or ma[2] not in (">=", "<"):
+        return False
+    ta, tb = float(ma[3]), float(mb[3])
+    return ta >= tb if ma[2] == ">=" else ta <= tb
+
+
+def _conj(a: str, b: str) -> tuple[str, int]:
+    """``a and b`` with a redundant clause dropped (``rows >= 88.5 and rows >= 3072`` is
+    ``rows >= 3072``); returns the text and its clause count."""
+    if _implies(a, b):
+        return a, 1
+    if _implies(b, a):
+        return b, 1
+    return f"{a} and {b}", 2
 
 
 def _render(root: _Clause, left: _Leaf, right: _Leaf) -> tuple[str, int]:
@@ -167,13 +193,14 @@ def _render(root: _Clause, left: _Leaf, right: _Leaf) -> tuple[str, int]:
     if left.clause is None and right.clause is not None:
         if left.value:  # c or (not c and e)  ==  c or e
             return f"{c} or {right.clause.text}", 2
-        return _conj(not_c, right.clause.text), 2
+        return _conj(not_c, right.clause.text)
     if right.clause is None and left.clause is not None:
         if right.value:  # (c and d) or not c  ==  not c or d
             return f"{not_c} or {left.clause.text}", 2
-        return _conj(c, left.clause.text), 2
+        return _conj(c, left.clause.text)
     assert left.clause is not None and right.clause is not None
-    return f"({_conj(c, left.clause.text)}) or ({_conj(not_c, right.clause.text)})", 4
+    (lt, ln), (rt, rn) = _conj(c, left.clause.text), _conj(not_c, right.clause.text)
+    return " or ".join(f"({t})" if n > 1 else t for t, n in ((lt, ln), (rt, rn))), ln + rn
 
 
 def _describe(expr: str, correct: int, n: int, n_pos: int, positive: str) -> str:

@@ -93,3 +93,18 @@ def test_reported_accuracy_matches_evaluation_on_random_points() -> None:
         assert abs(predictions_agree(rule.expr, points) - rule.accuracy) < 1e-12
         majority = max(sum(p.label for p in points), sum(not p.label for p in points)) / 12
         assert rule.accuracy >= majority
+
+
+def test_a_bound_implied_by_another_on_the_same_feature_is_not_printed() -> None:
+    # positives: rows >= 3072 (any dtype) and tiny fp32 rows; the tree's root is rows >= 88.5,
+    # whose true side needs rows >= 3072: "rows >= 88.5 and rows >= 3072" must print as one clause
+    rows = []
+    for r in (16, 64, 256, 1024, 4096, 16384):
+        for dt in ("bf16", "fp32"):
+            rows.append(({"rows": r, "dtype": dt}, r >= 3072 or (r < 88.5 and dt == "fp32")))
+    points = pts(rows)
+    rule = induce_condition(points)
+    assert rule is not None and rule.accuracy == 1.0
+    assert rule.expr.count("rows >=") <= 1 and rule.clauses == rule.expr.count(" and ") + rule.expr.count(" or ") + 1
+    assert predictions_agree(rule.expr, points) == 1.0
+    validate_condition(rule.expr)

@@ -97,6 +97,18 @@ class _Online:
     t: ast.expr
 
 
+def _unscaled(arg: ast.expr) -> ast.expr:
+    """``(a - b)`` out of ``(a - b) * c`` / ``c * (a - b)`` with ``c`` a constant or a name: the base
+    change ``exp2(d) == exp(d * ln 2)`` keeps an online update an online update."""
+    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Mult):
+        for diff, factor in ((arg.left, arg.right), (arg.right, arg.left)):
+            if isinstance(diff, ast.BinOp) and isinstance(diff.op, ast.Sub) and isinstance(
+                factor, (ast.Constant, ast.Name)
+            ):
+                return diff
+    return arg
+
+
 def _online_update(m: Module, body: list[ast.stmt]) -> _Online | None:
     for i, st in enumerate(body):
         a = _assign(st)
@@ -122,7 +134,7 @@ def _online_update(m: Module, body: list[ast.stmt]) -> _Online | None:
         scale = v.left
         if not (isinstance(scale.op, ast.Mult) and _name(scale.left) == s and _is_exp(m, scale.right)):
             return None
-        arg = scale.right.args[0]  # type: ignore[attr-defined]
+        arg = _unscaled(scale.right.args[0])  # type: ignore[attr-defined]
         if not (
             isinstance(arg, ast.BinOp)
             and isinstance(arg.op, ast.Sub)
