@@ -56,26 +56,39 @@ def waterfall_series(steps: Sequence[Mapping[str, Any]]) -> tuple[list[str], dic
 
 
 def lineage_waterfall(steps: Sequence[Mapping[str, Any]], title: str = "") -> Figure:
-    """One line per measured case (and a thick geometric mean) of the speedup over the naive end,
-    from the naive kernel (left) to the expert (right), each version labelled by the operator its
-    step added back; a dashed line per case marks the vendor time when the lineage recorded one.
-    A lineage without common timed cases gives a figure that says so."""
+    """One thin line per measured case and a thick geometric mean (its value written at each version)
+    of the speedup over the naive end, from the naive kernel (left) to the expert (right), each
+    version labelled by the operator its step added back. Where the lineage recorded vendor times, a
+    tick in the case's colour right of the expert marks the vendor, and a dashed line their geometric
+    mean. The legend sits outside the axes so that a grid of 30 cases stays readable. A lineage
+    without common timed cases gives a figure that says so."""
     labels, series = waterfall_series(steps)
-    fig = Figure(figsize=(max(6.0, 1.2 * len(labels) + 2), 4.5), layout="constrained")
+    legend_cols = 1 if len(series) <= 18 else 2
+    fig = Figure(figsize=(max(6.0, 1.1 * len(labels) + 2) + 2.2 * legend_cols, 4.8), layout="constrained")
     ax = fig.add_subplot()
     x = list(range(len(labels)))
     if series:
-        for name, values in series.items():
-            ax.plot(x, values, marker="o", linewidth=1.2, alpha=0.8, label=name)
-        gm = [math.exp(sum(math.log(v[i]) for v in series.values()) / len(series)) for i in x]
-        ax.plot(x, gm, color="black", linewidth=2.5, marker="s", label="geometric mean")
         vendor = _vendor_speedups(steps)
-        for name, value in vendor.items():
-            if name in series:
-                ax.axhline(value, linestyle="--", linewidth=0.8, color="grey")
-                ax.annotate(f"vendor {name}", (x[-1], value), fontsize=7, color="grey", ha="right", va="bottom")
+        palette = matplotlib.colormaps["tab20"]
+        for i, (name, values) in enumerate(series.items()):
+            color = palette(i % 20)
+            ax.plot(x, values, marker="o", markersize=3, linewidth=1.0, alpha=0.75, color=color, label=name)
+            if name in vendor:
+                ax.plot([x[-1] + 0.3], [vendor[name]], marker="_", markersize=14, markeredgewidth=2, color=color)
+        gm = [math.exp(sum(math.log(v[i]) for v in series.values()) / len(series)) for i in x]
+        ax.plot(x, gm, color="black", linewidth=2.8, marker="s", label="geometric mean", zorder=5)
+        for xi, g in zip(x, gm, strict=True):
+            ax.annotate(f"{g:.2f}×", (xi, g), textcoords="offset points", xytext=(0, 7), ha="center",
+                        fontsize=8, fontweight="bold", zorder=6)
+        shown = [v for name, v in vendor.items() if name in series]
+        if shown:
+            vgm = math.exp(sum(math.log(v) for v in shown) / len(shown))
+            ax.axhline(vgm, linestyle="--", linewidth=1.0, color="grey")
+            ax.annotate(f"vendor, geometric mean {vgm:.2f}× (ticks: per case)", (0, vgm), fontsize=7,
+                        color="grey", ha="left", va="bottom")
         ax.set_yscale("log")
-        ax.legend(fontsize=7, loc="upper left")
+        ax.set_xlim(-0.3, x[-1] + 0.6)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=legend_cols, frameon=False)
     else:
         ax.text(0.5, 0.5, "no case was timed at every accepted step", ha="center", va="center",
                 transform=ax.transAxes)
