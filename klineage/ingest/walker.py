@@ -216,10 +216,14 @@ class Walker:
         return out
 
     def _split_cached(self, validator: Any, source: str) -> bool:
-        """True when the validator's cache already holds this source's two separate jobs (a walk that
-        measured it that way before): then those are replayed instead of running one combined job."""
+        """True when the validator's cache holds this source's two separate jobs (a walk that measured
+        it that way before) and no combined one: then those are replayed instead of running one
+        combined job. A cached combined job wins, so that a resumed walk sees the figures the first
+        run saw even when a later replay measured the same kernel again as two jobs."""
         prepare, cached = getattr(validator, "prepare", None), getattr(validator, "cached", None)
         if prepare is None or cached is None:
+            return False
+        if cached(prepare(source, self.workload_dir, (*CHECK_GATES, "performance"), None)[-1]) is not None:
             return False
         check = cached(prepare(source, self.workload_dir, CHECK_GATES, None)[-1])
         if check is None:

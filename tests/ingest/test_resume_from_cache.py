@@ -1,5 +1,5 @@
-"""Resuming a walk from the gate cache of the H200 (lineages/h200-walk-cache.sqlite): the committed
-cross_entropy walk replays entirely from the cache, with no job run, to the committed lineage."""
+"""Resuming a walk from the gate cache of the H200 (lineages/h200-walk-cache.sqlite): every committed
+complete walk replays entirely from the cache, with no job run, to the committed lineage."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from klineage.validator.runner import DeviceInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / "lineages" / "h200-walk-cache.sqlite"
-LINEAGE = ROOT / "lineages" / "cross_entropy.lineage.json"
+COMPLETE = sorted(p.name.removesuffix(".lineage.json") for p in (ROOT / "lineages").glob("*.lineage.json")
+                  if json.loads(p.read_text(encoding="utf-8"))["complete"])
 
 
 class CacheOnly(LocalValidator):
@@ -40,9 +41,13 @@ class CacheOnly(LocalValidator):
         return hit
 
 
-@pytest.mark.skipif(not (CACHE.is_file() and LINEAGE.is_file()), reason="no committed H200 walk yet")
-def test_cross_entropy_walk_resumes_from_the_h200_cache(tmp_path: Path) -> None:
-    committed = json.loads(LINEAGE.read_text(encoding="utf-8"))
+def test_the_committed_walks_include_complete_ones() -> None:
+    assert CACHE.is_file() and {"cross_entropy", "layernorm", "softmax"} <= set(COMPLETE)
+
+
+@pytest.mark.parametrize("workload", COMPLETE)
+def test_a_complete_walk_resumes_from_the_h200_cache(tmp_path: Path, workload: str) -> None:
+    committed = json.loads((ROOT / "lineages" / f"{workload}.lineage.json").read_text(encoding="utf-8"))
     cache = tmp_path / "cache.sqlite"
     shutil.copy(CACHE, cache)
     start_run = committed["steps"][0]["gate_runs"][0]
@@ -51,7 +56,7 @@ def test_cross_entropy_walk_resumes_from_the_h200_cache(tmp_path: Path) -> None:
     baseline = CacheOnly(cache, device)
     # the operators of that walk (operators added since then would propose candidates it never measured)
     operators = [get_operator(op) for op in dict.fromkeys(s["operator"] for s in committed["steps"])]
-    doc = Walker(ROOT / "workloads" / "cross_entropy", candidates, operators, options=WalkOptions(parallel=2),
+    doc = Walker(ROOT / "workloads" / workload, candidates, operators, options=WalkOptions(parallel=2),
                  baseline_validator=baseline).run()
     assert [s["operator"] for s in accepted_path(doc)] == [s["operator"] for s in accepted_path(committed)]
     assert [(s["operator"], s["accepted"], s["gate"]) for s in doc["steps"]] == \
