@@ -113,3 +113,37 @@ def test_online_softmax_refuses_a_scaled_exponent() -> None:
     assert bad != src and get_operator("online-softmax").apply(bad) is None
     # the vector-accumulator form (running max per lane) is not the scalar form: left alone
     assert get_operator("online-softmax").apply(naive_cases()["naive_cross_entropy"].source) is None
+
+
+def test_row_persistent_generic_apply_loops_the_guarded_form_its_simplify_leaves() -> None:
+    """``row = pid`` + ``if row < n_rows:`` (one program per row) becomes a strided row loop: the
+    generic apply an agent would use on a kernel written that way (here the softmax expert's online
+    kernel after simplify), correct under the interpreter."""
+    case = _case("softmax", [{"rows": 7, "cols": 40000}])
+    op = get_operator("row-persistent")
+    simple = op.simplify(case.source)
+    assert simple is not None and "if row < n_rows:" in simple.source
+    looped = op.apply(simple.source)  # generic: no recorded parameters
+    assert looped is not None and "for row in tl.range(pid, n_rows, n_progs):" in looped.source
+    assert op.present(looped.source) and "min(programs, num_sms * 4)" in looped.source
+    assert check(Case(case.name, looped.source, case.inputs, case.reference, rtol=case.rtol, atol=case.atol)) <= 1.0
+
+
+ROW_LINE = "        x_row = x_ptr + tl.cast(row, tl.int64) * stride_x\n"
+
+
+@pytest.mark.parametrize("change", [
+    (ROW_LINE, ROW_LINE + "        if row == 3:\n            return\n"),  # leaves early: no next row
+    (ROW_LINE, ROW_LINE + "        if row == 3:\n            break\n"),
+    ("    row = pid\n", "    base = x_ptr + tl.cast(pid, tl.int64) * stride_x\n    row = pid\n"),  # stale base
+    ("    if row < n_rows:\n", "    if row < n_rows:\n        row = row + 0\n"),  # rebinds the loop variable
+])
+def test_row_persistent_refuses_a_guarded_body_that_is_not_per_row(change: tuple[str, str]) -> None:
+    case = _case("softmax", [{"rows": 7, "cols": 40000}])
+    op = get_operator("row-persistent")
+    simple = op.simplify(case.source)
+    assert simple is not None and change[0] in simple.source
+    variant = simple.source.replace(change[0], change[1], 1)
+    if "base" in change[1]:  # the body reads the value computed from pid before the loop would start
+        variant = variant.replace(ROW_LINE, "        x_row = base\n")
+    assert op.apply(variant) is None

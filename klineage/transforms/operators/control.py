@@ -66,6 +66,19 @@ def _replace_stmt_with(m: Module, stmt: ast.stmt, body: list[ast.stmt]) -> Edit:
 # ------------------------------------------------------------------------------------- mask-elision
 
 
+def _leaves_loop(stmts: list[ast.stmt]) -> bool:
+    """True when ``stmts`` hold a ``break`` / ``continue`` that is not inside a loop of their own."""
+    for st in stmts:
+        if isinstance(st, (ast.Break, ast.Continue)):
+            return True
+        if isinstance(st, (ast.For, ast.While)):
+            continue  # its break / continue belong to it
+        for field in ("body", "orelse", "finalbody"):
+            if _leaves_loop(getattr(st, field, []) or []):
+                return True
+    return False
+
+
 def _divisibility_test(node: ast.AST) -> bool:
     """True for a test that a size fits the tile: ``a % b == 0`` or ``a == b`` (not ``a <= LIMIT``)."""
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
@@ -356,7 +369,7 @@ class _Persistent(Operator):
                 ]
         if not out:
             for k in m.launched:
-                if self._mine(m, k) and self._apply_plan(m, k) is not None:
+                if self._mine(m, k) and (self._apply_plan(m, k) or self._guarded_plan(m, k)) is not None:
                     out.append(anchor("applicable", k.node, f"{k.name} runs one program per work item", k))
         return out
 
@@ -463,6 +476,85 @@ class _Persistent(Operator):
                 return None
         return pid_stmts[0], las
 
+    def _guarded_plan(self, m: Module, k: Kernel) -> tuple[ast.Assign, ast.If, list[Launch]] | None:
+        """The one-item-per-program form written as ``v = <program id expr>`` then ``if v < N:`` (the
+        kernel's last two statements; what this operator's simplify leaves): safe to loop when the
+        guarded body never leaves early, never rebinds ``v`` and reads no other program-id-derived
+        value computed before it."""
+        body = k.node.body
+        if k.autotune is not None or len(body) < 2:
+            return None
+        assign, guard = body[-2], body[-1]
+        if not (isinstance(guard, ast.If) and not guard.orelse and isinstance(assign, ast.Assign)
+                and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name)):
+            return None
+        var = assign.targets[0].id
+        test = guard.test
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Lt)
+                and isinstance(test.left, ast.Name) and test.left.id == var):
+            return None
+        pid = pid_derived(k.node, m.al)
+        if not any(program_id_axis(n, m.al) == 0 or (isinstance(n, ast.Name) and n.id in pid)
+                   for n in ast.walk(assign.value)):
+            return None
+        inner = [n for st in guard.body for n in ast.walk(st)]
+        if any(isinstance(n, ast.Return) or program_id_axis(n, m.al) is not None for n in inner):
+            return None
+        if _leaves_loop(guard.body):
+            return None
+        if any(isinstance(n, ast.Name) and n.id == var and isinstance(n.ctx, ast.Store) for n in inner):
+            return None
+        before = {n.id for st in body[:-2] for n in ast.walk(st) if isinstance(n, ast.Name)
+                  and isinstance(n.ctx, ast.Store)} & pid
+        if any(isinstance(n, ast.Name) and n.id in before - {var} for n in inner):
+            return None
+        las = m.launches_of(k)
+        for la in las:
+            gt = grid_tuple(m, la)
+            if la.func is None or gt is None or gt[1] is not None or len(gt[0].elts) != 1:  # type: ignore
+                return None
+        return (assign, guard, las) if las else None
+
+    def _apply_guarded(self, m: Module, k: Kernel, per_sm: int) -> list[Edit] | None:
+        plan = self._guarded_plan(m, k)
+        if plan is None:
+            return None
+        assign, guard, las = plan
+        var = assign.targets[0].id  # type: ignore[attr-defined]
+        nprog = [st.targets[0].id for st in k.node.body[:-2]  # type: ignore[attr-defined]
+                 if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+                 and tl_func(st.value, m.al) == "num_programs"]
+        step = nprog[0] if nprog else f"{m.tl}.num_programs(0)"
+        indent = m.src.indent_of(assign.lineno)
+        start = m.src.line_span(assign.lineno, assign.lineno)[0]
+        end = m.src.line_span(guard.body[0].lineno, guard.body[0].lineno)[0]
+        end_value = m.src.seg(guard.test.comparators[0])  # type: ignore[attr-defined]
+        edits = [Edit(start, end, f"{indent}for {var} in {m.tl}.range({m.src.seg(assign.value)}, {end_value}, "
+                                  f"{step}):\n")]
+        for la in las:
+            edits += self._launch_edits(m, la, lambda elt_text: elt_text, per_sm)
+        return edits
+
+    def _launch_edits(self, m: Module, la: Launch, work: Any, per_sm: int) -> list[Edit]:
+        """Grid ``(g,)`` -> ``(min(w, num_sms x per_sm),)`` with the SM count computed on the host just
+        before the grid; ``work(g_text)`` gives ``w`` (a new name bound to ``g`` or ``g`` itself)."""
+        gt = grid_tuple(m, la)
+        assert gt is not None and la.func is not None
+        elt = gt[0].elts[0]  # type: ignore[attr-defined]
+        # the grid tuple may be bound earlier: insert before whichever comes first
+        grid_stmt = next((s for s in ast.walk(la.func) if isinstance(s, ast.Assign) and s.value is gt[0]), None)
+        anchor_stmt = grid_stmt if grid_stmt is not None else la.stmt
+        assert anchor_stmt is not None
+        hindent = m.src.indent_of(anchor_stmt.lineno)
+        hosts = unique_name(m.src.tree, "num_sms")
+        pos = m.src.line_span(anchor_stmt.lineno, anchor_stmt.lineno)[0]
+        name = work(m.src.seg(elt))
+        bind = f"{hindent}{name} = {m.src.seg(elt)}\n" if name != m.src.seg(elt) else ""
+        mult = f" * {per_sm}" if per_sm != 1 else ""
+        return [Edit(pos, pos, f"{hindent}{hosts} = (torch.cuda.get_device_properties(torch.cuda.current_device())"
+                               f".multi_processor_count if torch.cuda.is_available() else 4)\n{bind}"),
+                Edit(*m.src.span(elt), f"min({name}, {hosts}{mult})")]
+
     def apply(
         self,
         source: str,
@@ -471,7 +563,8 @@ class _Persistent(Operator):
         **params: Any,
     ) -> Rewrite | None:
         """Loop the kernel body over work items (``for pid in tl.range(pid0, n, tl.num_programs(0))``),
-        pass the work count ``n`` and launch ``min(n, SMs x programs_per_sm)`` programs.
+        pass the work count ``n`` and launch ``min(n, SMs x programs_per_sm)`` programs. A body already
+        written ``v = pid`` + ``if v < N:`` becomes ``for v in tl.range(pid, N, tl.num_programs(0)):``.
         With the ``code`` simplify recorded, the expert's construct goes back exactly as written."""
         check_params(self.id, params, ())
         if require_list(self.id, "code", code) is not None:
@@ -486,6 +579,7 @@ class _Persistent(Operator):
                 continue
             plan = self._apply_plan(m, k)
             if plan is None:
+                edits += self._apply_guarded(m, k, per_sm) or []
                 continue
             pid_stmt, las = plan
             tl = m.tl
@@ -510,36 +604,7 @@ class _Persistent(Operator):
             )
             edits.append(add_param(m.src, k.node, work))
             for la in las:
-                gt = grid_tuple(m, la)
-                assert gt is not None
-                elt = gt[0].elts[0]  # type: ignore[attr-defined]
-                host_stmt = la.stmt
-                # the grid tuple may be bound earlier: insert before whichever comes first
-                grid_stmt = next(
-                    (
-                        s
-                        for s in ast.walk(la.func)
-                        if isinstance(s, ast.Assign)  # type: ignore[arg-type]
-                        and s.value is gt[0]
-                    ),
-                    None,
-                )
-                anchor_stmt = grid_stmt if grid_stmt is not None else host_stmt
-                assert anchor_stmt is not None
-                hindent = m.src.indent_of(anchor_stmt.lineno)
-                hosts = unique_name(m.src.tree, "num_sms")
-                pos = m.src.line_span(anchor_stmt.lineno, anchor_stmt.lineno)[0]
-                edits.append(
-                    Edit(
-                        pos,
-                        pos,
-                        f"{hindent}{hosts} = (torch.cuda.get_device_properties(torch.cuda.current_device())"
-                        f".multi_processor_count if torch.cuda.is_available() else 4)\n"
-                        f"{hindent}{work} = {m.src.seg(elt)}\n",
-                    )
-                )
-                mult = f" * {per_sm}" if per_sm != 1 else ""
-                edits.append(Edit(*m.src.span(elt), f"min({work}, {hosts}{mult})"))
+                edits += self._launch_edits(m, la, lambda _elt, work=work: work, per_sm)
                 edits.append(add_keyword(m.src, la.call, f"{work}={work}"))
         if not edits:
             return None
