@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -40,6 +42,9 @@ def main() -> int:
     parser.add_argument("--rep-ms", type=float, default=50.0)
     parser.add_argument("--workloads", default=",".join(ORDER))
     parser.add_argument("--no-replay", action="store_true")
+    parser.add_argument("--pack", action="store_true",
+                        help="at the end, put lineages/ and replay/ into results.tgz (a device call returns "
+                             "at most 8 files)")
     args = parser.parse_args()
     start = time.monotonic()
     candidates = LocalValidator(cache=args.cache, timing={"rep_ms": args.rep_ms, "baseline": False})
@@ -87,6 +92,12 @@ def main() -> int:
         summary.append(entry)
         print(json.dumps(entry), flush=True)
     (args.out / "walk-summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    if args.pack:
+        with tarfile.open(args.out / "results.tgz", "w:gz") as tar:
+            for folder in ("lineages", "replay"):
+                tar.add(args.out / folder, arcname=folder)
+        for folder in ("lineages", "replay"):
+            shutil.rmtree(args.out / folder)
     print(f"total {time.monotonic() - start:.0f} s", flush=True)
     return 0
 
