@@ -22,7 +22,8 @@ The pipeline is a few small, composable pieces:
    VALID_WHEN condition or the anchor is false; APPLICABLE when all are true; otherwise UNKNOWN.
 4. **Ranking**: ``score = relevance × expected gain × confidence``. Expected gain is the measured
    speedup at the evidence shape nearest to the context's shape (log-distance over the shape
-   features both have; a different dtype counts as a distance of 0.5), or the skill's median
+   features it was measured over, all of which the context must give; a different dtype counts as
+   a distance of 0.5), or the skill's median
    speedup when the context has no comparable shape, or 1.0 when unmeasured; when a
    PROFITABLE_WHEN condition is false the expected gain is capped at 1.0 (the induced rule says it
    did not pay there). Confidence is (support + 1) / (support + 2) over evidence steps (Laplace's
@@ -441,22 +442,21 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[str]], k: int = RRF_K) ->
 
 def nearest_shape_gain(points: Sequence[_Point], env: Mapping[str, Any]) -> tuple[float, str] | None:
     """The measured speedup at the evidence shape nearest to the context's shape, and a description;
-    None when no evidence shape shares a shape feature with the context. Distance: sum over shared
-    shape features of |log(context / measured)|, plus 0.5 for a different dtype; equally near
+    None when no evidence shape is comparable. A shape is comparable when the context gives every
+    shape feature it was measured over: ``rows`` alone says little when the measurement also varied
+    ``cols`` (and a cross-entropy context's ``vocab`` is not a softmax's ``cols``). Distance: sum
+    over those features of |log(context / measured)|, plus 0.5 for a different dtype; equally near
     points give their median."""
     best: float | None = None
     chosen: list[_Point] = []
     dtype = env.get("dtype")
     for point in points:
         distance = 0.0
-        shared = 0
-        for name in _SHAPE_FEATURES:
-            want, have = env.get(name), point.shape.get(name)
-            if _finite(want) and _finite(have):
-                distance += abs(math.log(float(want) / float(have)))
-                shared += 1
-        if not shared:
+        measured = [name for name in _SHAPE_FEATURES if _finite(point.shape.get(name))]
+        if not measured or not all(_finite(env.get(name)) for name in measured):
             continue
+        for name in measured:
+            distance += abs(math.log(float(env[name]) / float(point.shape[name])))
         if dtype is not None and point.dtype and point.dtype != dtype:
             distance += DTYPE_MISMATCH_DISTANCE
         if best is None or distance < best - 1e-12:

@@ -230,9 +230,14 @@ def test_fusion_and_nearest_shape_helpers() -> None:
     assert nearest_shape_gain(points, {"M": 6000, "N": 8192, "dtype": "bf16"})[0] == 2.0
     assert nearest_shape_gain(points, {"M": 6000, "N": 8192, "dtype": "fp16"})[0] == 3.0
     assert nearest_shape_gain(points, {"M": 8192, "N": 8192})[0] == pytest.approx(2.5)  # tie: median
-    assert nearest_shape_gain(points, {"M": 1500})[0] == 0.9
+    assert nearest_shape_gain(points, {"M": 1500, "N": 900})[0] == 0.9
     assert nearest_shape_gain(points, {"K": 5}) is None
     assert nearest_shape_gain(points, {"rows": 5, "dtype": "bf16"})[0] == 9.0
+    # comparable only when the context gives every feature the shape was measured over
+    assert nearest_shape_gain(points, {"M": 1500}) is None
+    row_points = [_Point({"rows": 8192, "cols": 1000}, "bf16", 21.0)]
+    assert nearest_shape_gain(row_points, {"rows": 8192, "vocab": 32768, "dtype": "bf16"}) is None
+    assert nearest_shape_gain(row_points, {"rows": 4096, "cols": 1000, "vocab": 7})[0] == 21.0
 
 
 def test_a_stored_condition_outside_the_language_is_reported_not_fatal(tmp_path: Path) -> None:
