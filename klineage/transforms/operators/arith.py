@@ -52,8 +52,47 @@ def _const_value(m: Module, node: ast.expr) -> float | None:
     return None
 
 
-class Exp2(Operator):
-    """``exp(x)`` as ``exp2(x * log2(e))``."""
+class _ExpressionRewrite(Operator):
+    """An operator that rewrites expressions in place. Subclasses say which edits remove the
+    optimization (``_simplify_edits``) and which add it (``_apply_edits``); ``simplify`` records the
+    edited hunks so that ``apply(rewrites=...)`` puts the expert's own expressions back byte for byte."""
+
+    def _simplify_edits(self, m: Module) -> list[Edit]:
+        raise NotImplementedError
+
+    def _apply_edits(self, m: Module) -> list[Edit]:
+        raise NotImplementedError
+
+    def simplify(self, source: str) -> Rewrite | None:
+        """Remove the optimization everywhere it is present (see the class docstring for the
+        rewrite); None when it is nowhere."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits = self._simplify_edits(m)
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {"rewrites": hunks(source, edits)}, "simplify")
+
+    def apply(self, source: str, rewrites: list[dict[str, Any]] | None = None, **params: Any) -> Rewrite | None:
+        """Add the optimization everywhere it applies (see the class docstring); None when nowhere.
+        With the ``rewrites`` simplify recorded, the expert's expressions go back exactly as written."""
+        check_params(self.id, params, ())
+        if require_list(self.id, "rewrites", rewrites) is not None:
+            return rewrite_with_hunks(self, source, rewrites, {"rewrites": rewrites})
+        m = parse(source)
+        if m is None:
+            return None
+        edits = self._apply_edits(m)
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {}, "apply")
+
+
+class Exp2(_ExpressionRewrite):
+    """``exp(x)`` as ``exp2(x * log2(e))``: apply turns ``exp(x)`` into ``exp2(x * 1.4426950408889634)``
+    (``exp(x * ln 2)`` into ``exp2(x)``); simplify turns ``exp2(a * LOG2E)`` into ``exp(a)`` and any
+    other ``exp2(x)`` into ``exp(x * ln 2)``."""
 
     id = "exp2"
     name = "exp2 instead of exp"
@@ -79,11 +118,7 @@ class Exp2(Operator):
             anchor("applicable", c, "exp") for c in self._calls(m, False)
         ]
 
-    def simplify(self, source: str) -> Rewrite | None:
-        """``exp2(a * LOG2E)`` -> ``exp(a)``; any other ``exp2(x)`` -> ``exp(x * ln 2)``."""
-        m = parse(source)
-        if m is None:
-            return None
+    def _simplify_edits(self, m: Module) -> list[Edit]:
         edits = []
         for c in self._calls(m, True):
             x = c.args[0]
@@ -97,19 +132,9 @@ class Exp2(Operator):
             if text is None:
                 text = f"{m.tl}.exp({_paren(m, x)} * {LN2})"
             edits.append(Edit(*m.src.span(c), text))
-        if not edits:
-            return None
-        return self._rewrite(source, apply_edits(source, edits), {"rewrites": hunks(source, edits)}, "simplify")
+        return edits
 
-    def apply(self, source: str, rewrites: list[dict[str, Any]] | None = None, **params: Any) -> Rewrite | None:
-        """``exp(x)`` -> ``exp2(x * 1.4426950408889634)`` (``exp(x * ln 2)`` -> ``exp2(x)``).
-        With the ``rewrites`` simplify recorded, the expert's expressions go back exactly as written."""
-        check_params(self.id, params, ())
-        if require_list(self.id, "rewrites", rewrites) is not None:
-            return rewrite_with_hunks(self, source, rewrites, {"rewrites": rewrites})
-        m = parse(source)
-        if m is None:
-            return None
+    def _apply_edits(self, m: Module) -> list[Edit]:
         edits = []
         for c in self._calls(m, False):
             x = c.args[0]
@@ -121,13 +146,12 @@ class Exp2(Operator):
             if text is None:
                 text = f"{m.tl}.exp2({_paren(m, x)} * {LOG2E})"
             edits.append(Edit(*m.src.span(c), text))
-        if not edits:
-            return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "apply")
+        return edits
 
 
-class Rsqrt(Operator):
-    """``1 / sqrt(x)`` as ``rsqrt(x)``."""
+class Rsqrt(_ExpressionRewrite):
+    """``1 / sqrt(x)`` as ``rsqrt(x)``: apply turns ``1 / tl.sqrt(x)`` into ``tl.rsqrt(x)`` and
+    ``y / tl.sqrt(x)`` into ``y * tl.rsqrt(x)``; simplify turns ``tl.rsqrt(x)`` into ``1.0 / tl.sqrt(x)``."""
 
     id = "rsqrt"
     name = "rsqrt instead of 1/sqrt"
@@ -159,53 +183,33 @@ class Rsqrt(Operator):
             and len(n.right.args) == 1
         )  # type: ignore[attr-defined]
 
-    def simplify(self, source: str) -> Rewrite | None:
-        """``tl.rsqrt(x)`` -> ``(1.0 / tl.sqrt(x))``."""
-        m = parse(source)
-        if m is None:
-            return None
+    def _simplify_edits(self, m: Module) -> list[Edit]:
         edits = []
         for k in m.kernels:
             for n in ast.walk(k.node):
                 if tl_func(n, m.al) == "rsqrt" and len(n.args) == 1:  # type: ignore[attr-defined]
-                    parent = m.src.parent(n)
                     text = f"1.0 / {m.tl}.sqrt({m.src.seg(n.args[0])})"  # type: ignore[attr-defined]
-                    if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Attribute, ast.Subscript)):
+                    if isinstance(m.src.parent(n), (ast.BinOp, ast.UnaryOp, ast.Attribute, ast.Subscript)):
                         text = f"({text})"
                     edits.append(Edit(*m.src.span(n), text))
-        if not edits:
-            return None
-        return self._rewrite(source, apply_edits(source, edits), {"rewrites": hunks(source, edits)}, "simplify")
+        return edits
 
-    def apply(self, source: str, rewrites: list[dict[str, Any]] | None = None, **params: Any) -> Rewrite | None:
-        """``1 / tl.sqrt(x)`` -> ``tl.rsqrt(x)``; ``y / tl.sqrt(x)`` -> ``y * tl.rsqrt(x)``.
-        With the ``rewrites`` simplify recorded, the expert's expressions go back exactly as written."""
-        check_params(self.id, params, ())
-        if require_list(self.id, "rewrites", rewrites) is not None:
-            return rewrite_with_hunks(self, source, rewrites, {"rewrites": rewrites})
-        m = parse(source)
-        if m is None:
-            return None
+    def _apply_edits(self, m: Module) -> list[Edit]:
         edits = []
         for k in m.kernels:
             for n in ast.walk(k.node):
-                if self._div(m, n):
-                    arg = m.src.seg(n.right.args[0])  # type: ignore[attr-defined]
-                    left = n.left  # type: ignore[attr-defined]
-                    if isinstance(left, ast.Constant) and left.value == 1:
-                        text = f"{m.tl}.rsqrt({arg})"
-                        if isinstance(m.src.parent(n), (ast.BinOp, ast.UnaryOp)):
-                            text = f"({text})" if False else text
-                    else:
-                        text = f"{m.src.seg(left)} * {m.tl}.rsqrt({arg})"
-                        if isinstance(
-                            m.src.parent(n), (ast.BinOp, ast.UnaryOp, ast.Attribute, ast.Subscript)
-                        ):
-                            text = f"({text})"
-                    edits.append(Edit(*m.src.span(n), text))
-        if not edits:
-            return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "apply")
+                if not self._div(m, n):
+                    continue
+                arg = m.src.seg(n.right.args[0])  # type: ignore[attr-defined]
+                left = n.left  # type: ignore[attr-defined]
+                if isinstance(left, ast.Constant) and left.value == 1:
+                    text = f"{m.tl}.rsqrt({arg})"
+                else:
+                    text = f"{m.src.seg(left)} * {m.tl}.rsqrt({arg})"
+                    if isinstance(m.src.parent(n), (ast.BinOp, ast.UnaryOp, ast.Attribute, ast.Subscript)):
+                        text = f"({text})"
+                edits.append(Edit(*m.src.span(n), text))
+        return edits
 
 
 def _is_upcast(m: Module, n: ast.AST) -> bool:
@@ -218,8 +222,11 @@ def _is_upcast(m: Module, n: ast.AST) -> bool:
     )
 
 
-class Fp32Accumulate(Operator):
-    """Accumulate in fp32 whatever the storage dtype."""
+class Fp32Accumulate(_ExpressionRewrite):
+    """Accumulate in fp32 whatever the storage dtype: apply upcasts the vector loads of non-dot
+    kernels to fp32 (stores downcast implicitly) unless some upcast or fp32 accumulator is already
+    there; simplify drops ``.to(tl.float32)`` on loads and gives tl.dot accumulators the dtype of the
+    first pointer parameter (and tl.dot the same ``out_dtype``)."""
 
     id = "fp32-accumulate"
     name = "fp32 accumulation"
@@ -286,14 +293,9 @@ class Fp32Accumulate(Operator):
             out = [anchor("applicable", c, "load in the storage dtype") for c in self._vector_loads(m)]
         return out
 
-    def simplify(self, source: str) -> Rewrite | None:
-        """Drop ``.to(tl.float32)`` on loads; tl.dot accumulators take the dtype of the first pointer
-        parameter (and tl.dot gets the same out_dtype)."""
-        m = parse(source)
-        if m is None:
-            return None
+    def _simplify_edits(self, m: Module) -> list[Edit]:
         edits = [Edit(*m.src.span(c), m.src.seg(c.func.value)) for c in self._upcast_loads(m)]  # type: ignore
-        for k, _call, dt, name in self._fp32_accs(m):
+        for k, _call, dt, _name in self._fp32_accs(m):
             ptr = next((p.name for p in k.params if "ptr" in p.name.lower()), None)
             if ptr is None:
                 continue
@@ -303,28 +305,18 @@ class Fp32Accumulate(Operator):
                 if tl_func(n, m.al) == "dot" and kwarg(n, "out_dtype") is None:  # type: ignore[arg-type]
                     end = m.src.span(n)[1] - 1
                     edits.append(Edit(end, end, f", out_dtype={elt}"))
-            _ = name
-        if not edits:
-            return None
-        return self._rewrite(source, apply_edits(source, edits), {"rewrites": hunks(source, edits)}, "simplify")
+        return edits
 
-    def apply(self, source: str, rewrites: list[dict[str, Any]] | None = None, **params: Any) -> Rewrite | None:
-        """Upcast vector loads of non-dot kernels to fp32 (stores downcast implicitly).
-        With the ``rewrites`` simplify recorded, the expert's expressions go back exactly as written."""
-        check_params(self.id, params, ())
-        if require_list(self.id, "rewrites", rewrites) is not None:
-            return rewrite_with_hunks(self, source, rewrites, {"rewrites": rewrites})
-        m = parse(source)
-        if m is None or self._upcast_loads(m) or self._fp32_accs(m):
-            return None
-        edits = [Edit(*m.src.span(c), f"{m.src.seg(c)}.to({m.tl}.float32)") for c in self._vector_loads(m)]
-        if not edits:
-            return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "apply")
+    def _apply_edits(self, m: Module) -> list[Edit]:
+        if self._upcast_loads(m) or self._fp32_accs(m):
+            return []
+        return [Edit(*m.src.span(c), f"{m.src.seg(c)}.to({m.tl}.float32)") for c in self._vector_loads(m)]
 
 
-class DotAccumulate(Operator):
-    """``acc = tl.dot(a, b, acc)`` instead of ``acc += tl.dot(a, b)``."""
+class DotAccumulate(_ExpressionRewrite):
+    """``acc = tl.dot(a, b, acc)`` instead of ``acc += tl.dot(a, b)``: apply turns ``acc += tl.dot(a, b)``
+    / ``acc = e + tl.dot(a, b)`` into ``acc = tl.dot(a, b, e)``; simplify turns ``x = tl.dot(a, b, acc)``
+    into ``x = acc + tl.dot(a, b)`` (``x += tl.dot(a, b)`` when x is acc)."""
 
     id = "dot-accumulate"
     name = "Accumulate inside tl.dot"
@@ -369,11 +361,7 @@ class DotAccumulate(Operator):
             anchor("applicable", st, f"{t} += tl.dot(...)") for st, t, _, _ in applicable
         ]
 
-    def simplify(self, source: str) -> Rewrite | None:
-        """``x = tl.dot(a, b, acc)`` -> ``x = acc + tl.dot(a, b)`` (``x += tl.dot(a, b)`` when x is acc)."""
-        m = parse(source)
-        if m is None:
-            return None
+    def _simplify_edits(self, m: Module) -> list[Edit]:
         edits = []
         for c in self._forms(m)[0]:
             acc = c.args[2] if len(c.args) >= 3 else kwarg(c, "acc")
@@ -389,31 +377,13 @@ class DotAccumulate(Operator):
             ):
                 edits.append(Edit(*m.src.span(st), f"{m.src.seg(acc)} += {dot}"))
             else:
-                edits.append(
-                    Edit(
-                        *m.src.span(c),
-                        f"({_paren(m, acc)} + {dot})"
-                        if not isinstance(st, ast.Assign)
-                        else f"{_paren(m, acc)} + {dot}",
-                    )
-                )
-        if not edits:
-            return None
-        return self._rewrite(source, apply_edits(source, edits), {"rewrites": hunks(source, edits)}, "simplify")
+                text = f"{_paren(m, acc)} + {dot}"
+                edits.append(Edit(*m.src.span(c), text if isinstance(st, ast.Assign) else f"({text})"))
+        return edits
 
-    def apply(self, source: str, rewrites: list[dict[str, Any]] | None = None, **params: Any) -> Rewrite | None:
-        """``acc += tl.dot(a, b)`` / ``acc = e + tl.dot(a, b)`` -> ``acc = tl.dot(a, b, e)``.
-        With the ``rewrites`` simplify recorded, the expert's expressions go back exactly as written."""
-        check_params(self.id, params, ())
-        if require_list(self.id, "rewrites", rewrites) is not None:
-            return rewrite_with_hunks(self, source, rewrites, {"rewrites": rewrites})
-        m = parse(source)
-        if m is None:
-            return None
+    def _apply_edits(self, m: Module) -> list[Edit]:
         edits = []
         for st, target, d, acc in self._forms(m)[1]:
             dot = f"{m.src.seg(d.func)}({m.src.seg(d.args[0])}, {m.src.seg(d.args[1])}, {acc})"
             edits.append(Edit(*m.src.span(st), f"{target} = {dot}"))
-        if not edits:
-            return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "apply")
+        return edits
