@@ -66,6 +66,16 @@ def _replace_stmt_with(m: Module, stmt: ast.stmt, body: list[ast.stmt]) -> Edit:
 # ------------------------------------------------------------------------------------- mask-elision
 
 
+def _one_d_launches(m: Module, k: Kernel) -> list[Launch] | None:
+    """The launches of ``k`` when every one is from host code with a literal 1-D grid ``(g,)``."""
+    las = m.launches_of(k)
+    for la in las:
+        gt = grid_tuple(m, la)
+        if la.func is None or gt is None or gt[1] is not None or len(gt[0].elts) != 1:  # type: ignore
+            return None
+    return las
+
+
 def _leaves_loop(stmts: list[ast.stmt]) -> bool:
     """True when ``stmts`` hold a ``break`` / ``continue`` that is not inside a loop of their own."""
     for st in stmts:
@@ -469,12 +479,8 @@ class _Persistent(Operator):
         n_pid0 = sum(1 for n in ast.walk(k.node) if program_id_axis(n, m.al) == 0)
         if n_pid0 != 1 or any(tl_func(n, m.al) == "num_programs" for n in ast.walk(k.node)):
             return None
-        las = m.launches_of(k)
-        for la in las:
-            gt = grid_tuple(m, la)
-            if la.func is None or gt is None or gt[1] is not None or len(gt[0].elts) != 1:  # type: ignore
-                return None
-        return pid_stmts[0], las
+        las = _one_d_launches(m, k)
+        return (pid_stmts[0], las) if las is not None else None
 
     def _guarded_plan(self, m: Module, k: Kernel) -> tuple[ast.Assign, ast.If, list[Launch]] | None:
         """The one-item-per-program form written as ``v = <program id expr>`` then ``if v < N:`` (the
@@ -508,11 +514,7 @@ class _Persistent(Operator):
                   and isinstance(n.ctx, ast.Store)} & pid
         if any(isinstance(n, ast.Name) and n.id in before - {var} for n in inner):
             return None
-        las = m.launches_of(k)
-        for la in las:
-            gt = grid_tuple(m, la)
-            if la.func is None or gt is None or gt[1] is not None or len(gt[0].elts) != 1:  # type: ignore
-                return None
+        las = _one_d_launches(m, k)
         return (assign, guard, las) if las else None
 
     def _apply_guarded(self, m: Module, k: Kernel, per_sm: int) -> list[Edit] | None:
