@@ -22,7 +22,6 @@ fast back-to-back launches can go. One GPU call, ~30 s:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -32,22 +31,15 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import torch  # noqa: E402
 
 from klineage.validator.harness import LaunchWatch, load_candidate  # noqa: E402
 from klineage.validator.perf import time_cuda  # noqa: E402
+from workloads import load_module  # noqa: E402  (bench/workloads.py)
 
 CASES = ({"M": 1024, "N": 1024, "K": 1024}, {"M": 777, "N": 1536, "K": 1000}, {"M": 4096, "N": 4096, "K": 4096})
-
-
-def _import(path: Path, name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def host_us(fn: Any, calls: int = 200) -> float:
@@ -68,7 +60,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     folder = ROOT / "workloads" / args.workload
-    reference = _import(folder / "reference.py", "overhead_reference")
+    reference = load_module(folder / "reference.py", "overhead_reference")
     rows = []
     for setup in ("plain", "watched", "restricted", "restricted-unwatched"):
         watch = LaunchWatch().install(interpret=False) if setup in ("watched", "restricted") else None
@@ -76,7 +68,7 @@ def main() -> int:
             if setup.startswith("restricted"):
                 module = load_candidate(folder / "expert.py", f"overhead_{setup.replace('-', '_')}")
             else:
-                module = _import(folder / "expert.py", f"overhead_{setup}")
+                module = load_module(folder / "expert.py", f"overhead_{setup}")
             for shape in CASES:
                 inputs = reference.make_inputs(dict(shape), "bf16", 0, device="cuda")
                 stats, _ = time_cuda(lambda module=module, inputs=inputs: module.run(*inputs), rep_ms=100)

@@ -7,7 +7,7 @@ here: every plotted number is a stored timing or a ratio of stored timings.
 
 from __future__ import annotations
 
-import math
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -75,14 +75,14 @@ def lineage_waterfall(steps: Sequence[Mapping[str, Any]], title: str = "") -> Fi
             ax.plot(x, values, marker="o", markersize=3, linewidth=1.0, alpha=0.75, color=color, label=name)
             if name in vendor:
                 ax.plot([x[-1] + 0.3], [vendor[name]], marker="_", markersize=14, markeredgewidth=2, color=color)
-        gm = [math.exp(sum(math.log(v[i]) for v in series.values()) / len(series)) for i in x]
+        gm = [statistics.geometric_mean(v[i] for v in series.values()) for i in x]
         ax.plot(x, gm, color="black", linewidth=2.8, marker="s", label="geometric mean", zorder=5)
         for xi, g in zip(x, gm, strict=True):
             ax.annotate(f"{g:.2f}×", (xi, g), textcoords="offset points", xytext=(0, 7), ha="center",
                         fontsize=8, fontweight="bold", zorder=6)
         shown = [v for name, v in vendor.items() if name in series]
         if shown:
-            vgm = math.exp(sum(math.log(v) for v in shown) / len(shown))
+            vgm = statistics.geometric_mean(shown)
             ax.axhline(vgm, linestyle="--", linewidth=1.0, color="grey")
             ax.annotate(f"vendor, geometric mean {vgm:.2f}× (ticks: per case)", (0, vgm), fontsize=7,
                         color="grey", ha="left", va="bottom")
