@@ -152,7 +152,12 @@ def skill_effect_map(evidence: Sequence[Evidence], title: str = "", x_feature: s
         ax.set_xscale("log")
         ax.set_xlabel(x_feature + (f" ({left_out} case(s) without it left out)" if left_out else ""))
     else:
-        ax.set_xticks(range(len(cases)), cases, rotation=30, ha="right", fontsize=7)
+        # Labels are long ("bf16 B=8 D=128 H=16 S=4096 causal=True"): widen the figure with the case
+        # count and stand them upright past ~20 cases so that they never overlap.
+        many = len(cases) > 20
+        fig.set_size_inches(max(8.0, 0.22 * len(cases) + 3.0), 6.0 if many else 4.5)
+        ax.set_xticks(range(len(cases)), cases, rotation=90 if many else 30, ha="center" if many else "right",
+                      fontsize=7)
         ax.set_xlabel("case")
     if not seen:
         ax.text(0.5, 0.5, "no measured speedups for this skill", ha="center", va="center", transform=ax.transAxes)

@@ -182,11 +182,21 @@ class Walker:
         self.options = options or WalkOptions()
         self.on_event = on_event or (lambda event: None)
         self._started = time.monotonic()
+        self._longest_job_s = 0.0
 
     # -- measuring -------------------------------------------------------------------------------
     def _out_of_time(self) -> bool:
+        """True when the next job would end past the budget: a job as long as the longest one so far
+        (one device call has a hard limit; a job cut off by it loses its result)."""
         budget = self.options.budget_s
-        return budget is not None and time.monotonic() - self._started > budget
+        return budget is not None and time.monotonic() - self._started + self._longest_job_s > budget
+
+    def _timed(self, job: Callable[[], Any]) -> Any:
+        t0 = time.monotonic()
+        try:
+            return job()
+        finally:
+            self._longest_job_s = max(self._longest_job_s, time.monotonic() - t0)
 
     def _check(self, source: str) -> GateResult:
         return self.validator.validate(source, self.workload_dir, CHECK_GATES)
@@ -198,19 +208,24 @@ class Walker:
         """Gate ``sources``: checking jobs ``parallel`` at a time, then performance jobs one by one.
 
         A single source is gated in one job (all gates): nothing runs beside it, and one worker start
-        and one compilation are saved.
+        and one compilation are saved. Several sources may come back fewer: when the time budget
+        would be spent by the next performance job, the measurements so far are returned (the
+        checks are cached, so a resumed walk picks up there).
         """
         validator = validator or self.validator
         if len(sources) == 1 and not self._split_cached(validator, sources[0]):
-            result = validator.validate(sources[0], self.workload_dir, (*CHECK_GATES, "performance"))
+            result = self._timed(lambda: validator.validate(sources[0], self.workload_dir,
+                                                            (*CHECK_GATES, "performance")))
             check, perf = _split(result)
             times, vendor, cases = timed_cases(perf)
             return [Measurement(kernel_sha(sources[0]), check, perf, times, vendor, cases)]
         with ThreadPoolExecutor(max_workers=max(1, self.options.parallel)) as pool:
-            checks = list(pool.map(self._check, sources))
-        out = []
+            checks = self._timed(lambda: list(pool.map(self._check, sources)))
+        out: list[Measurement] = []
         for source, check in zip(sources, checks, strict=True):
-            perf = self._perf(source, validator) if check.verdict == "pass" else None
+            if check.verdict == "pass" and self._out_of_time():
+                break
+            perf = self._timed(lambda s=source: self._perf(s, validator)) if check.verdict == "pass" else None
             times, vendor, cases = timed_cases(perf)
             out.append(Measurement(kernel_sha(source), check, perf, times, vendor, cases))
         return out
@@ -269,7 +284,8 @@ class Walker:
                     break
                 names = ", ".join(c.operator.id for c in pending)
                 self.on_event(WalkEvent("measure", f"measuring {len(pending)} candidate(s): {names}", len(steps)))
-                for cand, m in zip(pending, self.measure_many([c.rewrite.source for c in pending]), strict=True):
+                # strict=False: measure_many may stop early at the budget; the rest stay unmeasured.
+                for cand, m in zip(pending, self.measure_many([c.rewrite.source for c in pending]), strict=False):
                     cand.measurement, cand.measured_at = m, current.sha
                     failure = m.failed
                     if failure is not None:

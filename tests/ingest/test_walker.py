@@ -148,6 +148,41 @@ def test_budget_stops_incomplete_and_the_cache_resumes(tmp_path: Path) -> None:
     assert full["complete"] is True
 
 
+class ClockedValidator(ScriptedValidator):
+    """A performance job (alone or with the checks) takes ``perf_s`` on a fake clock; checks are free."""
+
+    def __init__(self, clock: list[float], perf_s: float, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.clock, self.perf_s, self.perf_ends = clock, perf_s, []
+
+    def validate(self, source: str, workload_dir: Any, gates: Sequence[str] = (), shapes: Any = None) -> GateResult:
+        fresh = (kernel_sha(source), tuple(gates)) not in self.cache
+        result = super().validate(source, workload_dir, gates, shapes)
+        if fresh and "performance" in gates:
+            self.clock[0] += self.perf_s
+            self.perf_ends.append(self.clock[0])
+        return result
+
+
+def test_budget_never_starts_a_job_that_would_end_past_it(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device call has a hard limit: a batch of performance jobs stops before the one that would
+    overrun the budget (the call-2 walk of 2026-12-03 ran 55 s past it and was killed)."""
+    import klineage.ingest.walker as walker_module
+
+    clock = [0.0]
+    monkeypatch.setattr(walker_module.time, "monotonic", lambda: clock[0])
+    ops = [MarkerOperator(i) for i in ("a", "b", "c")]
+    validator = ClockedValidator(clock, 10.0, {"a": (1.1, 1.1), "b": (1.2, 1.2), "c": (1.3, 1.3)})
+    folder = _workload(tmp_path, ["a", "b", "c"])
+    partial = Walker(folder, validator, ops, options=WalkOptions(budget_s=35.0)).run()
+    # start job ends at 10 s; the batch times a (20 s) and b (30 s); c would end at 40 s > 35 s.
+    assert validator.perf_ends == [10.0, 20.0, 30.0]
+    assert partial["complete"] is False and not accepted_path(partial)
+    full = Walker(folder, validator, ops).run()
+    assert [s["operator"] for s in accepted_path(full)] == ["a", "b", "c"] and full["complete"] is True
+
+
 def test_failing_start_is_an_error(tmp_path: Path) -> None:
     from klineage.ingest.walker import WalkError
 
