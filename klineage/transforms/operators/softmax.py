@@ -97,16 +97,23 @@ class _Online:
     t: ast.expr
 
 
-def _unscaled(arg: ast.expr) -> ast.expr:
-    """``(a - b)`` out of ``(a - b) * c`` / ``c * (a - b)`` with ``c`` a constant or a name: the base
+def _split_scale(arg: ast.expr) -> tuple[ast.expr, ast.expr | None]:
+    """``(a - b)`` and ``c`` out of ``(a - b) * c`` / ``c * (a - b)`` with ``c`` a constant or a name
+    (``c`` None when ``arg`` is not scaled so). ``exp(c * (x - m))`` rescales like ``exp(x - m)``:
+    ``sum exp(c (x - M)) == exp(c (m - M)) * sum exp(c (x - m))`` for any ``c``, which is why the base
     change ``exp2(d) == exp(d * ln 2)`` keeps an online update an online update."""
     if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Mult):
         for diff, factor in ((arg.left, arg.right), (arg.right, arg.left)):
             if isinstance(diff, ast.BinOp) and isinstance(diff.op, ast.Sub) and isinstance(
                 factor, (ast.Constant, ast.Name)
             ):
-                return diff
-    return arg
+                return diff, factor
+    return arg, None
+
+
+def _unscaled(arg: ast.expr) -> ast.expr:
+    """``(a - b)`` out of ``(a - b) * c`` / ``c * (a - b)`` (``_split_scale``)."""
+    return _split_scale(arg)[0]
 
 
 def _online_update(m: Module, body: list[ast.stmt]) -> _Online | None:
@@ -177,7 +184,7 @@ def _sum_update(m: Module, body: list[ast.stmt], run: str) -> tuple[int, str, as
         e = t.args[0]  # type: ignore[attr-defined]
         if not _is_exp(m, e):
             continue
-        arg = e.args[0]  # type: ignore[attr-defined]
+        arg = _unscaled(e.args[0])  # type: ignore[attr-defined]
         if (
             isinstance(arg, ast.BinOp)
             and isinstance(arg.op, ast.Sub)
@@ -385,11 +392,13 @@ class OnlineSoftmax(Operator):
             ind = m.src.indent_of(mx.lineno)
             e = t.args[0]
             exp_fn = m.src.seg(e.func)
+            factor = _split_scale(e.args[0])[1]
+            rescale = f"({run} - {safe}) * {m.src.seg(factor)}" if factor is not None else f"{run} - {safe}"
             s_name = _sum_update(m, _st2.body, run)[1]  # type: ignore[index]
             text = (
                 f"{ind}{new} = {m.tl}.maximum({run}, {m.src.seg(red)})\n"
                 f"{ind}{safe} = {m.tl}.where({new} == -float(\"inf\"), 0.0, {new})  # no -inf - -inf\n"
-                f"{ind}{s_name} = {s_name} * {exp_fn}({run} - {safe}) + {_sub_names(m, t, {run: safe})}\n"
+                f"{ind}{s_name} = {s_name} * {exp_fn}({rescale}) + {_sub_names(m, t, {run: safe})}\n"
                 f"{ind}{run} = {new}\n"
             )
             edits.append(Edit(*_lines(m, mx, mx), text))

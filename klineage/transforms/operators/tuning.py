@@ -22,6 +22,7 @@ from klineage.transforms._source import (
 )
 from klineage.transforms._triton import (
     Kernel,
+    accumulator_tile,
     arange_blocks,
     autotune_configs,
     config_dict,
@@ -735,7 +736,10 @@ class NumWarps(Operator):
         """A host expression for the warps: ~elements per tile / 256 (row kernels, 4..16) or / 2048
         (dot kernels, 4..8)."""
         dot = _has_dot(k, m)
-        tiles = _tile_params(m, k, include_steps=False) if dot else arange_blocks(k, m.al)
+        # a dot kernel's work per program is its accumulator tile (BLOCK_M x BLOCK_N for a GEMM,
+        # BLOCK_M x HEAD_DIM for attention, also when loads go through tensor descriptors)
+        tiles = (accumulator_tile(k, m.al) or _tile_params(m, k, include_steps=False)) if dot \
+            else arange_blocks(k, m.al)
         if not tiles:
             return None
         la = m.launches_of(k)[0]
