@@ -15,6 +15,7 @@ from klineage.transforms._triton import (
     kernels,
     launches,
     single_value,
+    tl_func,
     value_sites,
 )
 from klineage.transforms.operator import Anchor
@@ -63,6 +64,31 @@ def parse(source: str) -> Module | None:
     al = aliases(src.tree)
     ks = kernels(src.tree, al)
     return Module(src, al, ks, launches(src.tree, ks))
+
+
+def has_dot(k: Kernel, m: Module) -> bool:
+    """True when the kernel's own body calls ``tl.dot`` (not counting jit helpers it calls)."""
+    return any(tl_func(n, m.al) == "dot" for n in ast.walk(k.node))
+
+
+def reachable(k: Kernel, m: Module) -> list[Kernel]:
+    """The kernel and every jit function of the module it calls, at any depth (attention kernels
+    often keep the QK^T / PV loop in a helper)."""
+    by_name = {j.name: j for j in m.kernels}
+    out, todo = [k], [k]
+    while todo:
+        cur = todo.pop()
+        for n in ast.walk(cur.node):
+            name = n.func.id if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) else None
+            if name in by_name and all(name != j.name for j in out):
+                out.append(by_name[name])
+                todo.append(by_name[name])
+    return out
+
+
+def reaches_dot(k: Kernel, m: Module) -> bool:
+    """True when the kernel or a jit function it calls (``reachable``) calls ``tl.dot``."""
+    return any(has_dot(j, m) for j in reachable(k, m))
 
 
 def anchor(kind: str, node: ast.AST, description: str, kernel: Kernel | None = None) -> Anchor:

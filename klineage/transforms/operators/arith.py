@@ -13,7 +13,7 @@ from klineage.transforms._source import Edit, apply_edits
 from klineage.transforms._triton import Kernel, is_tl_attr, kwarg, tl_func
 from klineage.transforms.features import accumulators, derived_names
 from klineage.transforms.operator import Anchor, Operator, Rewrite
-from klineage.transforms.operators._common import Module, anchor, parse
+from klineage.transforms.operators._common import Module, anchor, has_dot, parse
 from klineage.transforms.operators._restore import check_params, hunks, require_list, rewrite_with_hunks
 
 LOG2E = 1.4426950408889634
@@ -266,7 +266,7 @@ class Fp32Accumulate(_ExpressionRewrite):
     def _vector_loads(self, m: Module) -> list[ast.Call]:
         out = []
         for k in m.kernels:
-            if any(tl_func(n, m.al) == "dot" for n in ast.walk(k.node)):
+            if has_dot(k, m):
                 continue
             vec = derived_names(k.node, m.al, "arange")
             for n in ast.walk(k.node):

@@ -33,17 +33,13 @@ from klineage.transforms._triton import (
 )
 from klineage.transforms.features import derived_names, pid_derived
 from klineage.transforms.operator import Anchor, Operator, Rewrite
-from klineage.transforms.operators._common import Module, anchor, grid_tuple, parse, sm_names
+from klineage.transforms.operators._common import Module, anchor, grid_tuple, has_dot, parse, sm_names
 from klineage.transforms.operators._restore import (
     check_params,
     hunks,
     require_list,
     rewrite_with_hunks,
 )
-
-
-def _has_dot(k: Kernel, m: Module) -> bool:
-    return any(tl_func(n, m.al) == "dot" for n in ast.walk(k.node))
 
 
 def _block_text(m: Module, stmts: list[ast.stmt], indent: str) -> str:
@@ -363,7 +359,7 @@ class _Persistent(Operator):
         return out
 
     def _mine(self, m: Module, k: Kernel) -> bool:
-        return _has_dot(k, m) == self.dot
+        return has_dot(k, m) == self.dot
 
     def detect(self, source: str) -> list[Anchor]:
         """Work loops strided by the program count (present); kernels with one program per work item
@@ -664,7 +660,7 @@ class MultiRow(Operator):
 
     def _row_params(self, m: Module, k: Kernel) -> list[str]:
         """arange blocks used as the leading (row) axis: ``x[:, None]`` of a name derived from them."""
-        if _has_dot(k, m):
+        if has_dot(k, m):
             return []
         out = []
         assigns: dict[str, ast.AST] = {}

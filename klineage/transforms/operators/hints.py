@@ -13,7 +13,7 @@ from klineage.transforms._source import Edit, add_keyword, apply_edits, remove_k
 from klineage.transforms._triton import Kernel, is_tl_attr, kwarg, tl_func
 from klineage.transforms.features import derived_names, pid_derived
 from klineage.transforms.operator import Anchor, Operator, Rewrite
-from klineage.transforms.operators._common import Module, anchor, parse
+from klineage.transforms.operators._common import Module, anchor, has_dot, parse
 from klineage.transforms.operators._restore import (
     check_params,
     hunks,
@@ -26,9 +26,6 @@ from klineage.transforms.operators._restore import (
 
 _HINTS = ("multiple_of", "max_contiguous")
 
-
-def _has_dot(k: Kernel, m: Module) -> bool:
-    return any(tl_func(n, m.al) == "dot" for n in ast.walk(k.node))
 
 
 def _stmt_of(m: Module, node: ast.AST) -> ast.AST | None:
@@ -198,7 +195,7 @@ class EvictionHints(Operator):
                     out.append(anchor("present", c, f"eviction_policy in {k.name}", k))
         if not out:
             for k in m.kernels:
-                if not _has_dot(k, m):
+                if not has_dot(k, m):
                     out += [anchor("applicable", c, f"vector load in {k.name}", k) for c in self._loads(m, k)]
         return out
 
@@ -233,7 +230,7 @@ class EvictionHints(Operator):
             return self._rewrite(source, apply_edits(source, redo), {"sites": sites}, "apply")
         edits = []
         for k in m.kernels:
-            if _has_dot(k, m) or any(kwarg(c, "eviction_policy") for c in self._loads(m, k)):
+            if has_dot(k, m) or any(kwarg(c, "eviction_policy") for c in self._loads(m, k)):
                 continue
             pid = pid_derived(k.node, m.al)
             by_param: dict[str, list[ast.Call]] = {}

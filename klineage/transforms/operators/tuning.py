@@ -42,9 +42,12 @@ from klineage.transforms.operators._common import (
     Module,
     anchor,
     grid_tuple,
+    has_dot,
     int_value,
     param_default,
     parse,
+    reachable,
+    reaches_dot,
     set_int,
 )
 from klineage.transforms.operators._restore import (
@@ -59,18 +62,16 @@ from klineage.transforms.operators._restore import (
 )
 
 
-def _has_dot(k: Kernel, m: Module) -> bool:
-    return any(tl_func(n, m.al) == "dot" for n in ast.walk(k.node))
-
-
 def _has_load_loop(k: Kernel, m: Module) -> bool:
+    """A loop with loads in the kernel or in a jit function it calls (what num_stages pipelines)."""
     return any(
         any(
             tl_func(n, m.al) == "load"
             or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "load")
             for n in ast.walk(lp)
         )
-        for lp in loops(k.node)
+        for j in reachable(k, m)
+        for lp in loops(j.node)
     )
 
 
@@ -388,7 +389,7 @@ class Autotune(Operator):
             edits += la_edits
             fixed = self._fixed_constexprs(m, k)
             configs = self._configs(
-                tun, meta, _has_dot(k, m), lambda var, k=k, fixed=fixed: _static_ok(k, m, {**fixed, **var})
+                tun, meta, has_dot(k, m), lambda var, k=k, fixed=fixed: _static_ok(k, m, {**fixed, **var})
             )
             key: Any = self._key(m, k)
             given = (kernels or {}).get(k.name)
@@ -562,7 +563,7 @@ class TileSize(Operator):
     def _sites(self, m: Module, include_steps: bool) -> list[tuple[Kernel, Any]]:
         out = []
         for k in m.kernels:
-            if not _has_dot(k, m):
+            if not has_dot(k, m):
                 continue
             for p in _tile_params(m, k, include_steps):
                 out += [(k, s) for s in m.sites(k, p) if int_value(s) is not None]
@@ -722,7 +723,7 @@ class NumWarps(Operator):
         if d is None:
             return None
         vals = {str_const(key): int_const(v) for key, v in zip(d.keys, d.values, strict=True)}
-        dot = _has_dot(k, m)
+        dot = has_dot(k, m)
         tiles = _tile_params(m, k, include_steps=False) if dot else arange_blocks(k, m.al)
         if not tiles or any(vals.get(p) is None for p in tiles):
             return None
@@ -735,7 +736,7 @@ class NumWarps(Operator):
     def _warps_expr(self, m: Module, k: Kernel) -> str | None:
         """A host expression for the warps: ~elements per tile / 256 (row kernels, 4..16) or / 2048
         (dot kernels, 4..8)."""
-        dot = _has_dot(k, m)
+        dot = reaches_dot(k, m)
         # a dot kernel's work per program is its accumulator tile (BLOCK_M x BLOCK_N for a GEMM,
         # BLOCK_M x HEAD_DIM for attention, also when loads go through tensor descriptors)
         tiles = (accumulator_tile(k, m.al) or _tile_params(m, k, include_steps=False)) if dot \
@@ -879,7 +880,7 @@ class Pipelining(Operator):
         for k in m.launched:
             if not _has_load_loop(k, m):
                 continue
-            target = num_stages or (4 if dot_loops(k, m.al) else 3)
+            target = num_stages or (4 if any(dot_loops(j, m.al) for j in reachable(k, m)) else 3)
             mine = [(c, v) for kk, c, v in sites if kk is k]
             if mine:
                 edits += [
@@ -971,7 +972,7 @@ class GroupedOrder(Operator):
             return []
         out = []
         for k in m.kernels:
-            if not _has_dot(k, m):
+            if not has_dot(k, m):
                 continue
             sites = self._sites(m, k)
             if any((int_const(v) or 0) > 1 for _, v in sites):
@@ -1019,7 +1020,7 @@ class GroupedOrder(Operator):
             return self._rewrite(source, apply_edits(source, edits_r), {"sites": sites}, "apply")
         edits: list[Edit] = []
         for k in m.kernels:
-            if not _has_dot(k, m):
+            if not has_dot(k, m):
                 continue
             sites = self._sites(m, k)
             if sites:
