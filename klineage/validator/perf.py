@@ -41,10 +41,31 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+def _sleep_cycles_per_us() -> float:
+    """GPU clock cycles per microsecond of ``torch.cuda._sleep``, measured with events (its clock is
+    the SM clock, which boosts: measure, never assume)."""
+    cycles = 2_000_000
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(cycles)  # first call: module load
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    torch.cuda.synchronize()
+    return cycles / max(start.elapsed_time(end) * 1e3, 1e-3)
+
+
 def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 100.0,
-              min_runs: int = MIN_RUNS, max_runs: int = 1000) -> tuple[dict[str, float], Any]:
-    """Time ``fn`` on the current CUDA device; return (stats in ms, the last call's return value)."""
+              min_runs: int = MIN_RUNS, max_runs: int = 1000,
+              host_lead_us: float = 0.0) -> tuple[dict[str, float], Any]:
+    """Time ``fn`` on the current CUDA device; return (stats in ms, the last call's return value).
+
+    ``host_lead_us`` > 0 keeps the GPU busy that long (a sleep kernel) after each flush, before the
+    start event, so that a host launch path shorter than flush + lead stays out of the figure: the
+    result is the GPU's time only. 0 (the gate's method so far) times whatever the GPU waits for
+    after the start event, host launch path included when it is longer than the flush
+    (lineages/README.md, "GEMM small shapes")."""
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    lead_cycles = int(host_lead_us * _sleep_cycles_per_us()) if host_lead_us > 0 else 0
     out = fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -63,6 +84,8 @@ def time_cuda(fn: Callable[[], Any], warmup_ms: float = 25.0, rep_ms: float = 10
         fn()
     for i in range(n_runs):
         flush.zero_()
+        if lead_cycles:
+            torch.cuda._sleep(lead_cycles)
         starts[i].record()
         out = fn()
         ends[i].record()

@@ -55,6 +55,30 @@ def test_timing_is_stable_and_matches_do_bench() -> None:
         assert row["first"]["runs"] >= 20
 
 
+def test_host_lead_keeps_a_slow_host_path_out_of_the_time() -> None:
+    """A tiny kernel behind 150 us of host work per call: without a lead the medians take in the host
+    path (the flush hides only part of it); with ``host_lead_us=400`` they are the GPU's time again."""
+    import time as host_time
+
+    from klineage.validator.perf import time_cuda
+
+    kernel = _kernel_module()
+    x = torch.randn(64, 1024, device="cuda", dtype=torch.float32)
+
+    def slow_host() -> torch.Tensor:
+        t0 = host_time.perf_counter()
+        while host_time.perf_counter() - t0 < 150e-6:
+            pass
+        return kernel.run(x)
+
+    fast, _ = time_cuda(lambda: kernel.run(x), host_lead_us=400)
+    slow, _ = time_cuda(slow_host)
+    hidden, _ = time_cuda(slow_host, host_lead_us=400)
+    gpu_report.write("host_lead", {"fast": fast, "slow_no_lead": slow, "slow_with_lead": hidden})
+    assert slow["median_ms"] > 2 * fast["median_ms"], (slow, fast)
+    assert hidden["median_ms"] < 1.5 * fast["median_ms"], (hidden, fast)
+
+
 def test_device_ceilings_are_measured() -> None:
     from klineage.validator.runner import measure_device_ceilings
 
