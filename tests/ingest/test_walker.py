@@ -218,11 +218,11 @@ def test_replay_rebuilds_the_start_and_compares_per_case(tmp_path: Path) -> None
 
 # Which skills generic ``apply`` puts back on each committed naive end. The H200 generic replays of
 # 2026-12-03 found no place for online-softmax on cross_entropy and softmax (a scaled exponent) and for
-# num-warps on gemm (a tensor-descriptor kernel), num-warps and pipelining on attention (loop in a jit
-# helper); those apply now. The rest is the gap of lineages/README.md.
+# num-warps and persistent on gemm (a tensor-descriptor kernel; grid functions), num-warps and pipelining
+# on attention (loop in a jit helper); those apply now. The rest is the gap of lineages/README.md.
 GENERIC_NOT_APPLIED = {
     "cross_entropy": set(),
-    "gemm": {"persistent"},
+    "gemm": set(),
     "layernorm": {"multi-row"},
     "softmax": {"single-pass-row", "multi-row"},
     "attention": {"causal-skip", "mask-elision"},

@@ -293,3 +293,40 @@ def test_num_warps_sizes_a_tensor_descriptor_gemm_from_its_accumulator() -> None
     assert again is not None
     tma_launch = next(line for line in again.source.splitlines() if "_matmul_tma_persistent_kernel[" in line)
     assert "BLOCK_M=128, BLOCK_N=256" in tma_launch and tma_launch.rstrip().endswith("num_warps=8)")
+
+
+LAMBDA_GRID = "    grid = lambda META: (triton.cdiv(M, META['BLOCK_M']) * triton.cdiv(N, META['BLOCK_N']),)\n"
+
+
+def _lambda_grid_gemm() -> Case:
+    """naive_gemm launched the way the Triton tutorials launch: a grid lambda over META."""
+    case = NAIVE["naive_gemm"]
+    old = "    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)\n"
+    assert old in case.source
+    return Case(case.name, case.source.replace(old, LAMBDA_GRID), case.inputs, case.reference,
+                rtol=case.rtol, atol=case.atol)
+
+
+def test_persistent_applies_to_a_grid_lambda_and_counts_the_tiles_in_the_kernel() -> None:
+    """The host cannot count the tiles of a META grid before the launch: the kernel counts them
+    (tl.cdiv over its own constexprs) and the lambda launches min(tiles, SMs) programs."""
+    case = _lambda_grid_gemm()
+    op = get_operator("persistent")
+    rw = op.apply(case.source)
+    assert rw is not None and op.present(rw.source)
+    assert "num_tiles = (tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N))" in rw.source
+    assert "META['BLOCK_N']), num_sms),)" in rw.source
+    lines = rw.source.splitlines()
+    sms_line = next(i for i, line in enumerate(lines) if line.strip().startswith("num_sms ="))
+    assert sms_line < next(i for i, line in enumerate(lines) if line.strip().startswith("grid = lambda"))
+    assert check(case, rw.source) <= 1.0
+
+
+def test_persistent_refuses_a_grid_count_with_no_kernel_counterpart() -> None:
+    """A host value the kernel never receives (``extra``, from a tensor's shape) cannot be counted
+    inside the kernel; a host constant could (``extra = 1`` is followed to 1)."""
+    case = _lambda_grid_gemm()
+    with_extra = "    extra = a.shape[0] % 3\n" + LAMBDA_GRID.replace(",)\n", " + extra,)\n")
+    source = case.source.replace(LAMBDA_GRID, with_extra)
+    assert "+ extra,)" in source
+    assert get_operator("persistent").apply(source) is None

@@ -150,12 +150,15 @@ def grid_tuple(m: Module, launch: Launch) -> tuple[ast.expr, str | None] | None:
         if v is not None:
             g = v
         else:
-            for node in ast.walk(launch.func):
-                if isinstance(node, ast.FunctionDef) and node.name == g.id and node.args.args:
-                    rets = [r for r in ast.walk(node) if isinstance(r, ast.Return)]
-                    if len(rets) == 1 and isinstance(rets[0].value, (ast.Tuple, ast.List)):
-                        return rets[0].value, node.args.args[0].arg
-                    return None
+            # the def the launch sees: the last one of that name above it (each branch may have its own)
+            defs = [n for n in ast.walk(launch.func) if isinstance(n, ast.FunctionDef) and n.name == g.id
+                    and n is not launch.func and n.lineno < launch.call.lineno]
+            node = max(defs, key=lambda n: n.lineno) if defs else None
+            if node is not None:
+                rets = [r for r in ast.walk(node) if isinstance(r, ast.Return)]
+                if node.args.args and len(rets) == 1 and isinstance(rets[0].value, (ast.Tuple, ast.List)):
+                    return rets[0].value, node.args.args[0].arg
+                return None
     if isinstance(g, ast.Lambda) and g.args.args:
         if isinstance(g.body, (ast.Tuple, ast.List)):
             return g.body, g.args.args[0].arg

@@ -22,6 +22,7 @@ from klineage.transforms._triton import (
     Kernel,
     Launch,
     arange_blocks,
+    dotted,
     kwarg,
     launch_args,
     loops,
@@ -63,13 +64,54 @@ def _replace_stmt_with(m: Module, stmt: ast.stmt, body: list[ast.stmt]) -> Edit:
 
 
 def _one_d_launches(m: Module, k: Kernel) -> list[Launch] | None:
-    """The launches of ``k`` when every one is from host code with a literal 1-D grid ``(g,)``."""
+    """The launches of ``k`` when every one is from host code with a 1-D grid ``(g,)``: a literal
+    tuple, or a ``lambda META: (g,)`` / ``def grid(meta): return (g,)``."""
     las = m.launches_of(k)
     for la in las:
         gt = grid_tuple(m, la)
-        if la.func is None or gt is None or gt[1] is not None or len(gt[0].elts) != 1:  # type: ignore
+        if la.func is None or gt is None or len(gt[0].elts) != 1:  # type: ignore[attr-defined]
             return None
     return las
+
+
+def _kernel_side(m: Module, k: Kernel, la: Launch, expr: ast.expr, meta: str | None) -> str | None:
+    """``expr`` (host code of a grid) rewritten as kernel code, or None when some part has no kernel
+    counterpart: ``triton.cdiv`` -> ``tl.cdiv``, ``META["X"]`` -> the constexpr ``X``, a host name ->
+    the parameter the launch passes it to, integer constants and + - * // as they are. Lets a kernel
+    count its own work items when the host count depends on the launch's meta-parameters."""
+    args = launch_args(la, k)
+    passed = {a.id: p for p, a in args.items() if isinstance(a, ast.Name)}
+    cex = set(k.constexprs)
+    assigned: dict[str, list[ast.expr]] = {}
+    for a in ast.walk(la.func) if la.func is not None else ():
+        if isinstance(a, ast.Assign) and len(a.targets) == 1 and isinstance(a.targets[0], ast.Name):
+            assigned.setdefault(a.targets[0].id, []).append(a.value)
+    locals_ = {name: values[0] for name, values in assigned.items() if len(values) == 1}
+
+    def walk(node: ast.expr, depth: int = 0) -> str | None:
+        if depth > 8:
+            return None
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return repr(node.value)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)):
+            left, right = walk(node.left, depth + 1), walk(node.right, depth + 1)
+            op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//"}[type(node.op)]
+            return None if left is None or right is None else f"({left} {op} {right})"
+        if isinstance(node, ast.Call) and dotted(node.func) in ("triton.cdiv", "cdiv") and len(node.args) == 2:
+            a, b = walk(node.args[0], depth + 1), walk(node.args[1], depth + 1)
+            return None if a is None or b is None else f"{m.tl}.cdiv({a}, {b})"
+        if (meta is not None and isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
+                and node.value.id == meta and isinstance(node.slice, ast.Constant)
+                and node.slice.value in cex):
+            return str(node.slice.value)
+        if isinstance(node, ast.Name):
+            if node.id in passed:
+                return passed[node.id]
+            if node.id in locals_ and node.id != meta:  # a local of the grid function or host code
+                return walk(locals_[node.id], depth + 1)
+        return None
+
+    return walk(expr)
 
 
 def _leaves_loop(stmts: list[ast.stmt]) -> bool:
@@ -540,7 +582,11 @@ class _Persistent(Operator):
         assert gt is not None and la.func is not None
         elt = gt[0].elts[0]  # type: ignore[attr-defined]
         # the grid tuple may be bound earlier: insert before whichever comes first
-        grid_stmt = next((s for s in ast.walk(la.func) if isinstance(s, ast.Assign) and s.value is gt[0]), None)
+        grid_stmt = next((s for s in ast.walk(la.func)
+                          if (isinstance(s, ast.Assign) and (s.value is gt[0] or (
+                              isinstance(s.value, ast.Lambda) and s.value.body is gt[0])))
+                          or (isinstance(s, ast.FunctionDef) and s is not la.func and any(
+                              isinstance(r, ast.Return) and r.value is gt[0] for r in ast.walk(s)))), None)
         anchor_stmt = grid_stmt if grid_stmt is not None else la.stmt
         assert anchor_stmt is not None
         hindent = m.src.indent_of(anchor_stmt.lineno)
@@ -587,12 +633,23 @@ class _Persistent(Operator):
             rest = [st for st in k.node.body if st.lineno > pid_stmt.lineno]
             if not rest:
                 continue
+            # A grid that reads the launch's meta-parameters (lambda META: ...) cannot be counted on
+            # the host before the launch: the kernel counts its work items itself.
+            grids = [grid_tuple(m, la) for la in las]
+            in_kernel = None
+            if any(g is not None and g[1] is not None for g in grids):
+                counts = {_kernel_side(m, k, la, g[0].elts[0], g[1])  # type: ignore[attr-defined,index]
+                          for la, g in zip(las, grids, strict=True)}
+                if len(counts) != 1 or None in counts:
+                    continue
+                in_kernel = counts.pop()
             head = m.src.line_span(pid_stmt.lineno, pid_stmt.end_lineno or pid_stmt.lineno)
+            count_line = f"{indent}{work} = {in_kernel}\n" if in_kernel is not None else ""
             edits.append(
                 Edit(
                     head[0],
                     head[1],
-                    f"{indent}for {var} in {tl}.range({tl}.program_id(0), {work}, {tl}.num_programs(0)):\n",
+                    f"{count_line}{indent}for {var} in {tl}.range({tl}.program_id(0), {work}, {tl}.num_programs(0)):\n",
                 )
             )
             first, last = m.src.stmt_lines(rest[0])[0], m.src.stmt_lines(rest[-1])[1]
@@ -600,6 +657,10 @@ class _Persistent(Operator):
             edits.append(
                 Edit(span[0], span[1], reindent(m.src.text[span[0] : span[1]], indent, indent + "    "))
             )
+            if in_kernel is not None:
+                for la in las:
+                    edits += self._launch_edits(m, la, lambda elt_text: elt_text, per_sm)
+                continue
             edits.append(add_param(m.src, k.node, work))
             for la in las:
                 edits += self._launch_edits(m, la, lambda _elt, work=work: work, per_sm)
