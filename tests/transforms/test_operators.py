@@ -330,3 +330,10 @@ def test_persistent_refuses_a_grid_count_with_no_kernel_counterpart() -> None:
     source = case.source.replace(LAMBDA_GRID, with_extra)
     assert "+ extra,)" in source
     assert get_operator("persistent").apply(source) is None
+
+
+def test_persistent_refuses_a_grid_count_over_a_parameter_the_kernel_rebinds() -> None:
+    case = _lambda_grid_gemm()
+    source = case.source.replace("    pid = tl.program_id(0)\n", "    M = M + 0\n    pid = tl.program_id(0)\n", 1)
+    assert "M = M + 0" in source
+    assert get_operator("persistent").apply(source) is None

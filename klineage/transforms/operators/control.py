@@ -80,7 +80,9 @@ def _kernel_side(m: Module, k: Kernel, la: Launch, expr: ast.expr, meta: str | N
     the parameter the launch passes it to, integer constants and + - * // as they are. Lets a kernel
     count its own work items when the host count depends on the launch's meta-parameters."""
     args = launch_args(la, k)
-    passed = {a.id: p for p, a in args.items() if isinstance(a, ast.Name)}
+    rebound = {n.id for n in ast.walk(k.node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    # a parameter the kernel rebinds no longer holds what the host passed: not a counterpart
+    passed = {a.id: p for p, a in args.items() if isinstance(a, ast.Name) and p not in rebound}
     cex = set(k.constexprs)
     assigned: dict[str, list[ast.expr]] = {}
     for a in ast.walk(la.func) if la.func is not None else ():
