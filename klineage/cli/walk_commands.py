@@ -55,6 +55,9 @@ def walk(
                                                    "seconds; resume later.")] = None,
     max_steps: Annotated[int, typer.Option(min=1, help="Stop after this many accepted steps.")] = 40,
     rep_ms: Annotated[float, typer.Option(help="Timed milliseconds per case for candidates.")] = 50.0,
+    host_lead_us: Annotated[float, typer.Option(min=0.0, help="Keep the GPU busy this long after each L2 "
+                                                "flush, so that a slow host launch path stays out of the "
+                                                "times (0: the committed walks' method).")] = 0.0,
     cpu: Annotated[bool, typer.Option("--cpu", help="Interpreter mode even on a GPU (no timings).")] = False,
     no_skills: Annotated[bool, typer.Option("--no-skills", help="Write the walk without extracting skills.")] = False,
 ) -> None:
@@ -75,8 +78,9 @@ def walk(
     else:
         path = cache or default_cache_path()
         device = "cpu" if cpu else "auto"
-        client = LocalValidator(cache=path, device=device, timing={"rep_ms": rep_ms, "baseline": False})
-        baseline = LocalValidator(cache=path, device=device)
+        lead = {"host_lead_us": host_lead_us} if host_lead_us > 0 else {}
+        client = LocalValidator(cache=path, device=device, timing={"rep_ms": rep_ms, "baseline": False, **lead})
+        baseline = LocalValidator(cache=path, device=device, timing=lead or None)
 
     def show(event: WalkEvent) -> None:
         style = _STYLE.get(event.kind, "")

@@ -62,8 +62,8 @@ class LocalValidator:
     ``cache``: a ResultCache or a path to its SQLite file (None: no cache). ``device``: ``"auto"`` (the
     GPU when the worker sees one) or ``"cpu"`` (interpreter mode even on a GPU machine).
     ``timeout_s``: wall-clock limit per job (default 300 s on CPU, 600 s on a GPU). ``timing``:
-    performance-gate options, e.g. ``{"rep_ms": 50, "baseline": False}`` (None: the gate's defaults,
-    100 ms per case and the vendor timed beside the candidate).
+    performance-gate options, e.g. ``{"rep_ms": 50, "baseline": False, "host_lead_us": 200}`` (None:
+    the gate's defaults, 100 ms per case, the vendor timed beside the candidate, no host lead).
     """
 
     def __init__(self, cache: ResultCache | Path | str | None = None, timeout_s: float | None = None,

@@ -123,12 +123,13 @@ def measure_ceilings() -> dict[str, Any]:
 
 def run_performance(candidate: Any, reference: Any, manifest: Any, shapes: Sequence[dict],
                     ceilings: dict[str, Any] | None, rep_ms: float = 100.0,
-                    time_baseline: bool = True) -> dict[str, Any]:
+                    time_baseline: bool = True, host_lead_us: float = 0.0) -> dict[str, Any]:
     """The performance gate over ``shapes`` × dtypes on the GPU; returns an outcome dict.
 
     ``rep_ms``: timed milliseconds per case (at least ``MIN_RUNS`` runs either way). ``time_baseline``
     False skips timing the vendor/reference (the backward walker compares kernel versions with each
-    other; the expert's own job times the vendor): rows then carry no speedup.
+    other; the expert's own job times the vendor): rows then carry no speedup. ``host_lead_us``:
+    ``time_cuda``'s GPU lead after each flush (0: the launch path may show in the time).
     """
     vendor = getattr(reference, "vendor", None)
     baseline_name = "vendor" if callable(vendor) else "reference"
@@ -144,8 +145,10 @@ def run_performance(candidate: Any, reference: Any, manifest: Any, shapes: Seque
                 inputs = reference.make_inputs(dict(shape), dtype, 0, device="cuda")
                 ref_out = reference.reference(*clone_inputs(inputs))
                 torch.cuda.synchronize()
-                cand, last = time_cuda(lambda inputs=inputs: candidate.run(*inputs), rep_ms=rep_ms)
-                base = time_cuda(lambda inputs=inputs: baseline(*inputs), rep_ms=rep_ms)[0] if time_baseline else None
+                cand, last = time_cuda(lambda inputs=inputs: candidate.run(*inputs), rep_ms=rep_ms,
+                                       host_lead_us=host_lead_us)
+                base = time_cuda(lambda inputs=inputs: baseline(*inputs), rep_ms=rep_ms,
+                                 host_lead_us=host_lead_us)[0] if time_baseline else None
             except Exception as exc:
                 return {"status": "fail", "reason": f"timing failed on {label}: {one_line(exc)}",
                         "metrics": {"rows": rows}}
@@ -175,7 +178,11 @@ def run_performance(candidate: Any, reference: Any, manifest: Any, shapes: Seque
     gm = statistics.geometric_mean(speedups) if speedups else None
     metrics = {"rows": rows, "baseline": baseline_name, "geomean_speedup": gm, "flags": flags,
                "ceilings": ceilings, "rep_ms": rep_ms,
-               "timing": "CUDA events, L2 flushed (256 MB) before every run, median of >=20 runs after warm-up"}
+               "timing": "CUDA events, L2 flushed (256 MB) before every run, median of >=20 runs after warm-up"
+                         + (f", GPU kept busy {host_lead_us:g} us after each flush (host launch path hidden)"
+                            if host_lead_us > 0 else "")}
+    if host_lead_us > 0:
+        metrics["host_lead_us"] = host_lead_us
     pct = [r["pct_roofline"] for r in rows if "pct_roofline" in r]
     pct_note = f", {min(pct):.0f}-{max(pct):.0f}% of roofline" if pct else ", roofline: no flops/bytes_moved"
     flag_note = f"; FLAGGED: {flags[0]}" + (f" (+{len(flags) - 1} more)" if len(flags) > 1 else "") if flags else ""

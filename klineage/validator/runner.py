@@ -204,7 +204,8 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
     """Run every requested gate on ``source`` and return the gate result document.
 
     ``gates`` come from ``normalize_gates``; ``device`` from ``probe_device``. On a CPU device the worker
-    runs under ``TRITON_INTERPRET=1``. ``timing``: performance-gate options (``rep_ms``, ``baseline``).
+    runs under ``TRITON_INTERPRET=1``. ``timing``: performance-gate options (``rep_ms``, ``baseline``,
+    ``host_lead_us``).
     """
     sha = kernel_sha(source)
     outcomes: dict[str, GateOutcome] = {}

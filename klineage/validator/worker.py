@@ -143,7 +143,8 @@ def run_job(job: dict[str, Any]) -> int:
                         timing = job.get("timing") or {}
                         outcome = run_performance(module, reference, manifest, shapes, ceilings,
                                                   rep_ms=float(timing.get("rep_ms", 100.0)),
-                                                  time_baseline=bool(timing.get("baseline", True)))
+                                                  time_baseline=bool(timing.get("baseline", True)),
+                                                  host_lead_us=float(timing.get("host_lead_us", 0.0)))
                     else:
                         outcome = {"status": "fail", "reason": f"unknown gate {gate!r}", "metrics": {}}
         except Exception as exc:  # a gate that could not check fails; it never passes

@@ -99,3 +99,18 @@ def test_static_failure_never_starts_a_worker(validator: LocalValidator) -> None
     assert time.monotonic() - start < 2.0
     assert result.verdict == "fail" and result.failed_gate.gate == "static"  # type: ignore[union-attr]
     assert all(g.reason == "earlier gate failed (static)" for g in result.gates[1:])
+
+
+def test_timing_options_key_the_cache_apart_and_defaults_keep_their_keys(tmp_path: Path) -> None:
+    """A walk timed with a host lead must never replay figures timed without one (and vice versa),
+    while jobs with the default timing keep the keys the committed H200 cache was written under."""
+    source = (WORKLOADS / "rowsum" / "kernel.py").read_text(encoding="utf-8")
+    keys = {}
+    for name, timing in (("default", None), ("walker", {"rep_ms": 50.0, "baseline": False}),
+                         ("walker-lead", {"rep_ms": 50.0, "baseline": False, "host_lead_us": 200.0}),
+                         ("lead", {"host_lead_us": 200.0})):
+        client = LocalValidator(cache=tmp_path / "c.sqlite", device="cpu", timing=timing)
+        keys[name] = client.prepare(source, WORKLOADS / "rowsum", ("performance",), None)[-1]
+    assert len(set(keys.values())) == 4
+    plain = LocalValidator(cache=tmp_path / "c.sqlite", device="cpu", timing={})
+    assert plain.prepare(source, WORKLOADS / "rowsum", ("performance",), None)[-1] == keys["default"]
