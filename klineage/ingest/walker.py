@@ -231,19 +231,17 @@ class Walker:
         return out
 
     def _split_cached(self, validator: Any, source: str) -> bool:
-        """True when the validator's cache holds this source's two separate jobs (a walk that measured
-        it that way before) and no combined one: then those are replayed instead of running one
-        combined job. A cached combined job wins, so that a resumed walk sees the figures the first
-        run saw even when a later replay measured the same kernel again as two jobs."""
+        """True when the validator's cache holds this source's checking job (a walk that measured it
+        as two jobs before, or under other timing options) and no combined one: then the checks are
+        replayed and at most a performance job runs, instead of one combined job that would check
+        again. A cached combined job wins, so that a resumed walk sees the figures the first run saw
+        even when a later replay measured the same kernel again as two jobs."""
         prepare, cached = getattr(validator, "prepare", None), getattr(validator, "cached", None)
         if prepare is None or cached is None:
             return False
         if cached(prepare(source, self.workload_dir, (*CHECK_GATES, "performance"), None)[-1]) is not None:
             return False
-        check = cached(prepare(source, self.workload_dir, CHECK_GATES, None)[-1])
-        if check is None:
-            return False
-        return check.verdict == "fail" or cached(prepare(source, self.workload_dir, PERF_GATES, None)[-1]) is not None
+        return cached(prepare(source, self.workload_dir, CHECK_GATES, None)[-1]) is not None
 
     # -- the walk --------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:

@@ -277,3 +277,35 @@ def test_walk_rowsum_under_the_interpreter(tmp_path: Path) -> None:
         assert ("correctness", "pass") in ran and ("performance", "pass") not in ran
     assert all(not s["timings"] for s in doc["steps"]), "the interpreter never invents a timing"
     parse_lineage_document(doc)  # the document the walker writes is a valid lineage document
+
+
+def test_a_walk_under_new_timing_options_checks_nothing_again(tmp_path: Path) -> None:
+    """Re-walking with other timing options (e.g. a host lead) replays every cached checking job and
+    runs only performance jobs: the checks do not depend on how the times are taken."""
+    from klineage.ingest.walker import PERF_GATES
+    from klineage.transforms.registry import get_operator
+    from klineage.validator import LocalValidator
+
+    class Recording:
+        def __init__(self, inner: LocalValidator) -> None:
+            self.inner, self.ran = inner, []
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def validate(self, source: str, workload_dir: Any, gates: Sequence[str] = (), shapes: Any = None) -> Any:
+            result = self.inner.validate(source, workload_dir, gates, shapes)
+            if not self.inner.last_cached:
+                self.ran.append(tuple(gates))
+            return result
+
+    cache = tmp_path / "cache.sqlite"
+    ops = [get_operator("num-warps"), get_operator("int64-offsets")]
+    first = Recording(LocalValidator(cache=cache, device="cpu", seeds=1, timing={"rep_ms": 50.0}))
+    Walker(ROWSUM, first, ops, options=WalkOptions(parallel=2)).run()
+    assert any("correctness" in gates for gates in first.ran)
+    again = Recording(LocalValidator(cache=cache, device="cpu", seeds=1,
+                                     timing={"rep_ms": 50.0, "host_lead_us": 200.0}))
+    doc = Walker(ROWSUM, again, ops, options=WalkOptions(parallel=2)).run()
+    assert again.ran and all(tuple(gates) == PERF_GATES for gates in again.ran), again.ran
+    assert [s["operator"] for s in accepted_path(doc)] == ["num-warps", "int64-offsets"]
