@@ -155,22 +155,21 @@ def test_merge_across_lineages_reinduces_on_shared_features() -> None:
 
 
 def test_enables_when_removing_one_optimization_takes_the_others_place_away() -> None:
-    from klineage.transforms.registry import get_operator, operator_ids
+    """single-pass-row enables multi-row: multi-row packs rows into the single-pass kernel's tile,
+    so once the single-pass kernel is gone there is no place left for it (the ENABLES edge the
+    H200 walks of layernorm and softmax produce)."""
+    from klineage.transforms.registry import all_operators, get_operator
 
-    if "online-softmax" not in operator_ids():
-        pytest.skip("the online-softmax operator is not registered in this tree")
-    exp2, online = get_operator("exp2"), get_operator("online-softmax")
-    frontier = [(ROOT / "workloads" / "cross_entropy" / "expert.py").read_text(encoding="utf-8")]
+    single, multi = get_operator("single-pass-row"), get_operator("multi-row")
+    frontier = [(ROOT / "workloads" / "layernorm" / "expert.py").read_text(encoding="utf-8")]
     pair = None
-    for _ in range(4):  # find a kernel where removing exp2 makes online-softmax inapplicable
+    for _ in range(4):  # find a kernel where removing single-pass-row makes multi-row inapplicable
         nxt = []
         for src in frontier:
-            rewrite = exp2.simplify(src)
-            if rewrite is not None and online.applicable(src) and not online.applicable(rewrite.source):
+            rewrite = single.simplify(src)
+            if rewrite is not None and multi.applicable(src) and not multi.applicable(rewrite.source):
                 pair = (src, rewrite.source)
                 break
-            from klineage.transforms.registry import all_operators
-
             nxt += [r.source for op in all_operators() if (r := op.simplify(src)) is not None]
         if pair:
             break
@@ -180,9 +179,17 @@ def test_enables_when_removing_one_optimization_takes_the_others_place_away() ->
     start = copy.deepcopy(before) + "\n# start\n"
     kernels = {kernel_sha(s): s for s in (start, before, after)}
     sha = {s: kernel_sha(s) for s in (start, before, after)}
-    steps = [{"index": 0, "operator": "online-softmax", "from": sha[start], "to": sha[before], "accepted": True},
-             {"index": 1, "operator": "exp2", "from": sha[before], "to": sha[after], "accepted": True}]
+    steps = [{"index": 0, "operator": "multi-row", "from": sha[start], "to": sha[before], "accepted": True},
+             {"index": 1, "operator": "single-pass-row", "from": sha[before], "to": sha[after], "accepted": True}]
     data = {"kernels": [{"sha": k, "source": v} for k, v in kernels.items()], "steps": steps}
-    assert enables_of(data) == {"exp2": ("online-softmax",)}
-    reverse = [{**steps[1], "index": 0}, {**steps[0], "index": 1}]  # exp2 removed first: nothing was enabled
+    assert enables_of(data) == {"single-pass-row": ("multi-row",)}
+    reverse = [{**steps[1], "index": 0}, {**steps[0], "index": 1}]  # removed first: nothing was enabled
     assert enables_of({**data, "steps": reverse}) == {}
+
+
+def test_the_committed_walks_record_single_pass_row_enabling_multi_row() -> None:
+    import json
+
+    for workload in ("layernorm", "softmax"):
+        doc = json.loads((ROOT / "lineages" / f"{workload}.lineage.json").read_text(encoding="utf-8"))
+        assert "multi-row" in enables_of(doc).get("single-pass-row", ()), workload
