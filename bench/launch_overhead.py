@@ -4,7 +4,7 @@
 On 2026-12-03 the gate timed the gemm expert at 0.027-0.030 ms at 1024³ and 777×1536×1000 where
 bench/workloads.py timed 0.013-0.014 ms (cuBLAS ~0.010 ms in both). At these sizes the GPU time is
 about the host's launch time, so anything the validator adds on the launch path shows up. This
-script times the same kernel, same shapes, with the validator's own timer in four set-ups, one
+script times the same kernel, same shapes, with the validator's own timer in five set-ups, one
 change at a time:
 
 1. ``plain``: expert.py imported normally (as bench/workloads.py does);
@@ -18,7 +18,7 @@ change at a time:
    remedy for the gate (lineages/README.md).
 
 and reports the host time of one ``run`` call (no synchronisation, after warm-up), which bounds how
-fast back-to-back launches can go. One GPU call, ~30 s:
+fast back-to-back launches can go. One GPU call, ~40 s:
 
     python3 bench/launch_overhead.py --out $OUT
 """

@@ -192,6 +192,7 @@ class Walker:
         return budget is not None and time.monotonic() - self._started + self._longest_job_s > budget
 
     def _timed(self, job: Callable[[], Any]) -> Any:
+        """Run ``job``; remember its wall time if it is the longest so far (``_out_of_time``'s estimate)."""
         t0 = time.monotonic()
         try:
             return job()

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import functools
+import json
+from pathlib import Path
 
 import pytest
 
+from klineage.ingest.walker import naive_end
 from klineage.transforms.features import kernel_features
 from klineage.transforms.operator import Rewrite
 from klineage.transforms.registry import all_operators, get_operator, operator_ids
@@ -280,11 +283,6 @@ def test_num_warps_sizes_a_tensor_descriptor_gemm_from_its_accumulator() -> None
     """The gemm expert's TMA kernel has no tl.arange over its tile (descriptor loads take offsets):
     generic apply reads the tile from ``tl.zeros((BLOCK_M, BLOCK_N))`` and gives a 128x256 tile the
     8 warps the expert uses (the H200 walk's generic replay found no place for num-warps there)."""
-    import json
-    from pathlib import Path
-
-    from klineage.ingest.walker import naive_end
-
     doc = json.loads((Path(__file__).resolve().parents[2] / "lineages" / "gemm.lineage.json").read_text())
     naive = naive_end(doc)  # autotune, num-warps and the rest removed: launches with literal tiles
     op = get_operator("num-warps")
