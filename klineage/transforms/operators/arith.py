@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import ast
 import math
+from collections.abc import Callable
 from typing import Any
 
 from klineage.transforms._source import Edit, apply_edits
 from klineage.transforms._triton import Kernel, is_tl_attr, kwarg, tl_func
 from klineage.transforms.features import accumulators, derived_names
-from klineage.transforms.operator import Anchor, Operator, Rewrite
+from klineage.transforms.operator import Anchor, Direction, Operator, Rewrite
 from klineage.transforms.operators._common import Module, anchor, has_dot, parse
 from klineage.transforms.operators._restore import check_params, hunks, require_list, rewrite_with_hunks
 
@@ -63,16 +64,20 @@ class _ExpressionRewrite(Operator):
     def _apply_edits(self, m: Module) -> list[Edit]:
         raise NotImplementedError
 
+    def _edited(self, source: str, make_edits: Callable[[Module], list[Edit]], direction: Direction) -> Rewrite | None:
+        """``source`` with ``make_edits(module)`` applied (None when it does not parse or nothing is
+        edited); a simplify records its hunks as the ``rewrites`` parameter."""
+        m = parse(source)
+        edits = make_edits(m) if m is not None else []
+        if not edits:
+            return None
+        params = {"rewrites": hunks(source, edits)} if direction == "simplify" else {}
+        return self._rewrite(source, apply_edits(source, edits), params, direction)
+
     def simplify(self, source: str) -> Rewrite | None:
         """Remove the optimization everywhere it is present (see the class docstring for the
         rewrite); None when it is nowhere."""
-        m = parse(source)
-        if m is None:
-            return None
-        edits = self._simplify_edits(m)
-        if not edits:
-            return None
-        return self._rewrite(source, apply_edits(source, edits), {"rewrites": hunks(source, edits)}, "simplify")
+        return self._edited(source, self._simplify_edits, "simplify")
 
     def apply(self, source: str, rewrites: list[dict[str, Any]] | None = None, **params: Any) -> Rewrite | None:
         """Add the optimization everywhere it applies (see the class docstring); None when nowhere.
@@ -80,13 +85,7 @@ class _ExpressionRewrite(Operator):
         check_params(self.id, params, ())
         if require_list(self.id, "rewrites", rewrites) is not None:
             return rewrite_with_hunks(self, source, rewrites, {"rewrites": rewrites})
-        m = parse(source)
-        if m is None:
-            return None
-        edits = self._apply_edits(m)
-        if not edits:
-            return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "apply")
+        return self._edited(source, self._apply_edits, "apply")
 
 
 class Exp2(_ExpressionRewrite):
