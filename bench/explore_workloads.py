@@ -11,6 +11,7 @@ Plans (records of calls made on 2026-12-03; ``--dry`` reports which substitution
 stale against today's kernels):
 - ``tune1``: the sweep of the first H200 call, run against the kernels of commit 212d2cf.
 - ``w16``: layernorm's hoisted weight and bias kept in 16 bits (third session, issue 4).
+- ``occ``: attention with register caps for two or three CTAs per SM (sixth session, issue 4).
 - ``select``: the open questions of the second call, run against commit f9932d5; with ``--select`` the
   variant with the best geometric-mean speedup over the plan's cases (all of them correct, and at least
   1% ahead of the current expert) is written over ``workloads/<name>/expert.py`` before the final
@@ -226,7 +227,64 @@ PLANS_W16: dict[str, dict] = {
         },
     },
 }
-PLANS = {"tune1": PLANS_TUNE1, "select": PLANS_SELECT, "w16": PLANS_W16}
+ATTN_TABLE_V2 = """    table = [
+        (128, 128, 8, 3, (128, 256)),
+        (128, 64, 8, 3, (64, 128, 256)),
+        (128, 64, 4, 3, (16, 32, 64)),
+        (128, 64, 8, 4, (16, 32, 64)),
+        (64, 64, 4, 4, (16, 32, 64)),
+    ]
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+        for bm, bn, w, s, _ in table
+    ], [dims for *_, dims in table]
+"""
+# Register caps chosen from sm_90 cross-compiles (0 spills): 122 registers and 98 KB for 128x64x2
+# stages at D=128, so two CTAs (16 warps) share an SM; at D=64 168 registers let three 4-warp CTAs in.
+ATTN_TABLE_OCC = """    table = [
+        (128, 128, 8, 3, None, (128, 256)),
+        (128, 64, 8, 3, None, (64, 128, 256)),
+        (128, 64, 8, 2, 128, (64, 128)),
+        (128, 32, 8, 3, 128, (128,)),
+        (64, 64, 4, 2, None, (128,)),
+        (64, 64, 4, 3, None, (64, 128)),
+        (128, 128, 8, 2, 128, (64,)),
+        (128, 64, 4, 2, 168, (64,)),
+        (128, 64, 4, 3, None, (16, 32, 64)),
+        (128, 64, 8, 4, None, (16, 32, 64)),
+        (64, 64, 4, 4, None, (16, 32, 64)),
+    ]
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s, maxnreg=r)
+        for bm, bn, w, s, r, _ in table
+    ], [dims for *_, dims in table]
+"""
+ATTN_ALL_BF16 = [({"B": 8, "H": 16, "S": 4096, "D": 128, "causal": False}, "bf16"),
+                 ({"B": 8, "H": 16, "S": 4096, "D": 128, "causal": True}, "bf16"),
+                 ({"B": 8, "H": 16, "S": 4096, "D": 64, "causal": False}, "bf16"),
+                 ({"B": 8, "H": 16, "S": 4096, "D": 64, "causal": True}, "bf16"),
+                 ({"B": 16, "H": 16, "S": 1024, "D": 128, "causal": False}, "bf16"),
+                 ({"B": 2, "H": 16, "S": 8192, "D": 128, "causal": True}, "bf16"),
+                 ({"B": 4, "H": 8, "S": 1000, "D": 64, "causal": False}, "bf16"),
+                 ({"B": 1, "H": 16, "S": 3000, "D": 128, "causal": True}, "bf16")]
+
+# Issue 4 (sixth session): attention at 0.79x SDPA with one CTA of 8 warps per SM; sm_90 PTX of the
+# expert shows every QK^T wgmma waited (wait_group 0) before its softmax, also when the next block's
+# QK^T is issued first, so Triton 3.6 overlaps nothing inside a CTA. Two CTAs per SM (a register cap)
+# let one CTA's softmax run while the other's wgmma does.
+PLANS_OCC: dict[str, dict] = {
+    "attention": {
+        "tuned": "_attn_fwd_kernel",
+        "cases": ATTN_ALL_BF16,
+        "variants": {
+            "expert": [],
+            "occupancy": [(ATTN_TABLE_V2, ATTN_TABLE_OCC)],
+            "occ_acc_add": [(ATTN_TABLE_V2, ATTN_TABLE_OCC),
+                            ("acc = tl.dot(p.to(dtype), v, acc)", "acc += tl.dot(p.to(dtype), v)")],
+        },
+    },
+}
+PLANS = {"tune1": PLANS_TUNE1, "select": PLANS_SELECT, "w16": PLANS_W16, "occ": PLANS_OCC}
 
 
 def load_variant(name: str, variant: str, subs: list[tuple[str, str]], tmp: Path):

@@ -168,13 +168,16 @@ class Walker:
     """One backward walk of one workload through one validator.
 
     ``validator``: a ValidatorClient whose performance gate (on a GPU) may skip the vendor;
-    ``baseline_validator``: the one that gates the starting kernel (vendor timed), default the same.
+    ``baseline_validator``: the one that gates the starting kernel (vendor timed), default the same;
+    ``start_source``: the kernel to walk from, default the workload's kernel file (a lineage's recorded
+    start replays a walk of an earlier version of the expert).
     """
 
     def __init__(self, workload_dir: Path | str, validator: Any, operators: Sequence[Operator] | None = None,
                  options: WalkOptions | None = None, baseline_validator: Any = None,
-                 on_event: Callable[[WalkEvent], None] | None = None) -> None:
+                 on_event: Callable[[WalkEvent], None] | None = None, start_source: str | None = None) -> None:
         self.workload_dir = Path(workload_dir)
+        self.start_source = start_source
         self.manifest: WorkloadManifest = load_manifest(self.workload_dir)
         self.validator = validator
         self.baseline_validator = baseline_validator or validator
@@ -246,8 +249,10 @@ class Walker:
 
     # -- the walk --------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
-        """Walk backward from the workload's kernel; return the lineage document's data (skills empty)."""
-        start_source = self.manifest.kernel_path.read_text(encoding="utf-8")
+        """Walk backward from the starting kernel; return the lineage document's data (skills empty)."""
+        start_source = self.start_source
+        if start_source is None:
+            start_source = self.manifest.kernel_path.read_text(encoding="utf-8")
         self.on_event(WalkEvent("measure", f"gating the starting kernel {self.manifest.kernel}"))
         start = self.measure_many([start_source], self.baseline_validator)[0]
         if start.failed:

@@ -1,5 +1,7 @@
 """Resuming a walk from the gate cache of the H200 (lineages/h200-walk-cache.sqlite): every committed
-complete walk replays entirely from the cache, with no job run, to the committed lineage."""
+complete walk replays entirely from the cache, with no job run, to the committed lineage. Each walk
+starts from the kernel its document records, which need not be today's expert.py (the cache key is
+the kernel's hash, so a lineage of an earlier expert version stays replayable)."""
 
 from __future__ import annotations
 
@@ -56,8 +58,9 @@ def test_a_complete_walk_resumes_from_the_h200_cache(tmp_path: Path, workload: s
     baseline = CacheOnly(cache, device)
     # the operators of that walk (operators added since then would propose candidates it never measured)
     operators = [get_operator(op) for op in dict.fromkeys(s["operator"] for s in committed["steps"])]
+    start_source = next(k["source"] for k in committed["kernels"] if k["sha"] == committed["start"])
     doc = Walker(ROOT / "workloads" / workload, candidates, operators, options=WalkOptions(parallel=2),
-                 baseline_validator=baseline).run()
+                 baseline_validator=baseline, start_source=start_source).run()
     assert [s["operator"] for s in accepted_path(doc)] == [s["operator"] for s in accepted_path(committed)]
     assert [(s["operator"], s["accepted"], s["gate"]) for s in doc["steps"]] == \
         [(s["operator"], s["accepted"], s["gate"]) for s in committed["steps"]]
