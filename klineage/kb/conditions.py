@@ -102,6 +102,7 @@ KERNEL_FEATURE_DOCS: Mapping[str, str] = {
     "n_loops": "loops in kernels (int)",
     "uses_mask": "a masked load or store (bool)",
     "elementwise": "no dot and no reduction (bool)",
+    "register_cap": "maxnreg set in an autotune config or at a launch (bool)",
 }
 
 PROBLEM_FEATURES: tuple[str, ...] = tuple(PROBLEM_FEATURE_DOCS)

@@ -57,6 +57,7 @@ from klineage.transforms._triton import (
 #: - ``n_kernels`` (int): launched ``@triton.jit`` kernels; ``n_loops`` (int): loops in kernels.
 #: - ``uses_mask``: a masked load or store.
 #: - ``elementwise``: no dot and no reduction.
+#: - ``register_cap``: ``maxnreg`` set (not None) on a call: an autotune config or a launch.
 KERNEL_FEATURES: tuple[str, ...] = (
     "has_dot",
     "n_dots",
@@ -93,6 +94,7 @@ KERNEL_FEATURES: tuple[str, ...] = (
     "n_loops",
     "uses_mask",
     "elementwise",
+    "register_cap",
 )
 
 _REDUCTIONS = {"sum", "max", "min", "argmax", "argmin", "reduce", "xor_sum", "cumsum"}
@@ -452,6 +454,11 @@ def kernel_features(source: str) -> dict[str, Any]:
         "n_kernels": len(launched) if launched else len(ks),
         "n_loops": len(kernel_loops),
         "uses_mask": any(_uses_mask(k, al) for k in ks),
+        "register_cap": any(
+            (v := kwarg(n, "maxnreg")) is not None and not (isinstance(v, ast.Constant) and v.value is None)
+            for n in ast.walk(src.tree)
+            if isinstance(n, ast.Call)
+        ),
     }
     feats["elementwise"] = bool(ks) and not feats["has_dot"] and not (names & _REDUCTIONS)
     return {name: feats[name] for name in KERNEL_FEATURES}
@@ -511,6 +518,7 @@ def kernel_summary(source: str) -> str:
         "dot_accumulate": "accumulates inside tl.dot",
         "split_k": "splits K across programs",
         "uses_mask": "masks boundary loads and stores",
+        "register_cap": "caps the registers per thread (maxnreg)",
     }
     present = [text for key, text in phrases.items() if f[key]]
     if present:

@@ -29,6 +29,7 @@ APPLY_NAIVE: dict[str, tuple[str, ...]] = {
     "tile-size": ("naive_linear", "naive_gemm", "naive_attention"),
     "num-warps": ("naive_softmax", "naive_rmsnorm", "naive_attention"),
     "pipelining": ("naive_linear", "naive_gemm", "naive_layernorm", "naive_cross_entropy", "naive_attention"),
+    "register-cap": ("naive_gemm", "naive_linear", "naive_attention"),
     "grouped-order": ("naive_gemm", "naive_linear"),
     "persistent": ("naive_gemm", "naive_linear"),
     "row-persistent": (
@@ -97,6 +98,7 @@ SIMPLIFY_EXPERT: dict[str, dict[str, bool]] = {
         "cross_entropy": True,
     },
     "pipelining": {"gemm": True, "softmax": True, "layernorm": True, "attention": False},
+    "register-cap": {"attention": False},
     "grouped-order": {"gemm": True},
     "persistent": {"gemm": False},
     "row-persistent": {"softmax": False, "layernorm": False, "cross_entropy": False},
@@ -136,6 +138,7 @@ FEATURE_OF = {
     "online-softmax": "online_softmax",
     "causal-skip": "causal_skip",
     "single-pass-row": "single_pass_row",
+    "register-cap": "register_cap",
 }
 
 
@@ -268,7 +271,7 @@ def test_not_applicable_returns_none(op_id: str) -> None:
         assert op.detect(bad) == []
 
 
-@pytest.mark.parametrize("op_id", ["grouped-order", "persistent", "tile-size", "dot-accumulate"])
+@pytest.mark.parametrize("op_id", ["grouped-order", "persistent", "tile-size", "dot-accumulate", "register-cap"])
 def test_gemm_only_operators_leave_row_kernels_alone(op_id: str) -> None:
     for kernel in ("naive_softmax", "naive_layernorm", "naive_cross_entropy"):
         assert get_operator(op_id).apply(NAIVE[kernel].source) is None, kernel

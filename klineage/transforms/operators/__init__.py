@@ -5,13 +5,21 @@ from klineage.transforms.operators.control import MaskElision, MultiRow, Persist
 from klineage.transforms.operators.hints import ContiguityHints, EvictionHints, Int64Offsets
 from klineage.transforms.operators.rows import SinglePassRow
 from klineage.transforms.operators.softmax import CausalSkip, OnlineSoftmax
-from klineage.transforms.operators.tuning import Autotune, GroupedOrder, NumWarps, Pipelining, TileSize
+from klineage.transforms.operators.tuning import (
+    Autotune,
+    GroupedOrder,
+    NumWarps,
+    Pipelining,
+    RegisterCap,
+    TileSize,
+)
 
 OPERATORS = (
     Autotune(),
     TileSize(),
     NumWarps(),
     Pipelining(),
+    RegisterCap(),
     GroupedOrder(),
     Persistent(),
     RowPersistent(),

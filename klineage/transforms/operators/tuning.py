@@ -1,4 +1,4 @@
-"""Launch-configuration operators: autotune, tile-size, num-warps, pipelining, grouped-order.
+"""Launch-configuration operators: autotune, tile-size, num-warps, pipelining, register-cap, grouped-order.
 
 They edit the values of tunables where they are written (autotune configs, launch keywords, a local
 int passed at the launch), so they work on any kernel whose tunables are literal somewhere.
@@ -898,6 +898,130 @@ class Pipelining(Operator):
         if not edits:
             return None
         return self._rewrite(source, apply_edits(source, edits), {"num_stages": num_stages}, "apply")
+
+
+# ------------------------------------------------------------------------------------- register-cap
+
+_REGISTERS_PER_SM = 65536
+_MIN_REGISTER_CAP = 96
+"""Below this a tensor-core kernel's accumulator and operand fragments spill: no cap is proposed."""
+
+
+def register_cap(num_warps: int) -> int | None:
+    """The ``maxnreg`` (a multiple of 8) that lets one more program of ``num_warps`` warps share an SM
+    than the registers allow without a cap (8 warps: 128, two programs instead of one; 4 warps: 168,
+    three instead of two); None when that cap is below ``_MIN_REGISTER_CAP``."""
+    if num_warps < 1:
+        raise ValueError(f"num_warps must be positive, got {num_warps}")
+    threads = 32 * num_warps
+    alone = min(256, _REGISTERS_PER_SM // threads)  # registers per thread a program may take uncapped
+    programs = _REGISTERS_PER_SM // (alone * threads)
+    cap = _REGISTERS_PER_SM // ((programs + 1) * threads) // 8 * 8
+    return cap if cap >= _MIN_REGISTER_CAP else None
+
+
+def _config_calls(m: Module) -> list[ast.Call]:
+    """Every ``triton.Config(...)`` call of the module (wherever the config list is built)."""
+    return [
+        n
+        for n in ast.walk(m.src.tree)
+        if isinstance(n, ast.Call) and (dotted(n.func) or "").rpartition(".")[2] == "Config"
+    ]
+
+
+def _literal_warps(call: ast.Call, host: ast.FunctionDef | None) -> int | None:
+    """The warps a config or launch asks for: a literal, a host local bound once to one (``host``: the
+    function holding the launch), or Triton's default of 4 when unset; None when not known."""
+    node = kwarg(call, "num_warps")
+    if node is None:
+        return 4
+    warps = int_const(node)
+    if warps is None and isinstance(node, ast.Name) and host is not None:
+        warps = int_const(single_value(host, node.id))
+    return warps
+
+
+def _sets_register_cap(call: ast.Call) -> bool:
+    v = kwarg(call, "maxnreg")
+    return v is not None and not (isinstance(v, ast.Constant) and v.value is None)
+
+
+class RegisterCap(Operator):
+    """A register cap (maxnreg) that fits one more program of a tensor-core kernel on each SM."""
+
+    id = "register-cap"
+    name = "Cap registers for one more program per SM"
+    intent = (
+        "Cap the registers per thread (maxnreg) so a second program of a tensor-core kernel fits on each "
+        "SM: one program's softmax or epilogue then runs while the other's MMAs do."
+    )
+    carrier = "maxnreg in the autotune configs or at the launch"
+    anchor_predicate = "has_dot and not register_cap"
+    anchor_description = "a launched tl.dot kernel whose warps per program are known and no maxnreg"
+    default_params: ClassVar[Mapping[str, Any]] = {"maxnreg": None}
+
+    def _sites(self, m: Module) -> list[ast.Call]:
+        launches = [la.call for k in m.kernels for la in m.launches_of(k)]
+        return [c for c in (*_config_calls(m), *launches) if _sets_register_cap(c)]
+
+    def _additions(self, m: Module, maxnreg: int | None) -> list[tuple[Kernel, ast.Call, int]]:
+        """(kernel, config or launch call, cap) for each place ``apply`` adds a cap: the configs of an
+        autotuned dot kernel, else its launches; warps from a literal (Triton's default 4 when unset)."""
+        out: list[tuple[Kernel, ast.Call, int]] = []
+        for k in m.launched:
+            if not reaches_dot(k, m):
+                continue
+            if k.autotune is not None:
+                targets = [(c, None) for c in autotune_configs(k.autotune, m.al, m.src.tree)]
+            else:
+                targets = [(la.call, la.func) for la in m.launches_of(k) if la.helper is None]
+            for call, host in targets:
+                warps = _literal_warps(call, host)
+                cap = maxnreg or (register_cap(warps) if warps else None)
+                if cap is not None and kwarg(call, "maxnreg") is None:
+                    out.append((k, call, cap))
+        return out
+
+    def detect(self, source: str) -> list[Anchor]:
+        """maxnreg set in a config or launch (present); dot kernels apply would cap (applicable)."""
+        m = parse(source)
+        if m is None:
+            return []
+        sites = self._sites(m)
+        if sites:
+            return [anchor("present", c, f"maxnreg={m.src.seg(kwarg(c, 'maxnreg'))}") for c in sites]
+        return [
+            anchor("applicable", call, f"{k.name}: maxnreg={cap} fits one more program per SM", k)
+            for k, call, cap in self._additions(m, None)
+        ]
+
+    def simplify(self, source: str) -> Rewrite | None:
+        """Remove every maxnreg from configs and launches (registers back to the compiler's choice)."""
+        m = parse(source)
+        if m is None:
+            return None
+        edits = [e for c in self._sites(m) if (e := remove_keyword(m.src, c, "maxnreg")) is not None]
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {"code": hunks(source, edits)}, "simplify")
+
+    def apply(
+        self, source: str, maxnreg: int | None = None, code: list[dict[str, Any]] | None = None, **params: Any
+    ) -> Rewrite | None:
+        """Add ``maxnreg`` (given, or ``register_cap`` of the warps) to each config of an autotuned dot
+        kernel, or to its launches; with the ``code`` simplify recorded, put back the expert's caps."""
+        check_params(self.id, params, ())
+        if maxnreg is not None and (not isinstance(maxnreg, int) or not 16 <= maxnreg <= 255):
+            raise ValueError(f"register-cap.apply: maxnreg must be an int in 16..255, got {maxnreg!r}")
+        if require_list(self.id, "code", code) is not None:
+            return rewrite_with_hunks(self, source, code, {"maxnreg": maxnreg, "code": code})
+        m = parse(source)
+        if m is None or self._sites(m):
+            return None
+        edits = [add_keyword(m.src, call, f"maxnreg={cap}") for _, call, cap in self._additions(m, maxnreg)]
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, edits), {"maxnreg": maxnreg}, "apply")
 
 
 # ------------------------------------------------------------------------------------ grouped-order
