@@ -12,6 +12,7 @@ stale against today's kernels):
 - ``tune1``: the sweep of the first H200 call, run against the kernels of commit 212d2cf.
 - ``w16``: layernorm's hoisted weight and bias kept in 16 bits (third session, issue 4).
 - ``occ``: attention with register caps for two or three CTAs per SM (sixth session, issue 4).
+- ``ln_fused``: layernorm with mean and variance from one reduction, and with a register cap.
 - ``select``: the open questions of the second call, run against commit f9932d5; with ``--select`` the
   variant with the best geometric-mean speedup over the plan's cases (all of them correct, and at least
   1% ahead of the current expert) is written over ``workloads/<name>/expert.py`` before the final
@@ -284,7 +285,42 @@ PLANS_OCC: dict[str, dict] = {
         },
     },
 }
-PLANS = {"tune1": PLANS_TUNE1, "select": PLANS_SELECT, "w16": PLANS_W16, "occ": PLANS_OCC}
+LN_TWO_SUMS = ("""        mean = tl.sum(x, axis=1) / n_cols
+        xc = x - mean[:, None]
+        if not EVEN_N:
+            xc = tl.where(col_ok[None, :], xc, 0.0)
+        var = tl.sum(xc * xc, axis=1) / n_cols
+""", """        s1, s2 = tl.reduce((x, x * x), 1, _add_pair)
+        mean = s1 / n_cols
+        var = tl.maximum(s2 / n_cols - mean * mean, 0.0)
+        xc = x - mean[:, None]
+""")
+LN_ADD_PAIR = ("@triton.jit\ndef _layernorm_rows_kernel(", """@triton.jit
+def _add_pair(a0, a1, b0, b1):
+    return a0 + b0, a1 + b1
+
+
+@triton.jit
+def _layernorm_rows_kernel(""")
+LN_CASES = [({"rows": 16384, "cols": 8192}, "bf16"), ({"rows": 32768, "cols": 768}, "bf16"),
+            ({"rows": 65536, "cols": 128}, "bf16"), ({"rows": 4096, "cols": 4096}, "bf16"),
+            ({"rows": 2048, "cols": 12288}, "bf16")]
+
+# Issue 4 (sixth session): layernorm at 3.25-3.31 TB/s against 3.3. Mean and variance in one fused
+# reduction (one cross-warp exchange instead of two), and a register cap for a third CTA per SM.
+PLANS_LN_FUSED: dict[str, dict] = {
+    "layernorm": {
+        "cases": LN_CASES,
+        "variants": {
+            "expert": [],
+            "one_reduction": [LN_ADD_PAIR, LN_TWO_SUMS],
+            "cap80": [("            num_warps=num_warps,\n        )",
+                       "            num_warps=num_warps, maxnreg=80,\n        )")],
+        },
+    },
+}
+PLANS = {"tune1": PLANS_TUNE1, "select": PLANS_SELECT, "w16": PLANS_W16, "occ": PLANS_OCC,
+         "ln_fused": PLANS_LN_FUSED}
 
 
 def load_variant(name: str, variant: str, subs: list[tuple[str, str]], tmp: Path):
