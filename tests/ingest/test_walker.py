@@ -224,7 +224,7 @@ GENERIC_NOT_APPLIED = {
     "cross_entropy": set(),
     "gemm": set(),
     "layernorm": {"multi-row"},
-    "softmax": {"single-pass-row", "multi-row"},
+    "softmax": {"multi-row"},
     "attention": {"causal-skip", "mask-elision"},
 }
 

@@ -101,16 +101,40 @@ def test_generic_apply_on_the_simplified_layernorm_expert() -> None:
     assert again is not None and check(case, again.source) <= 1.0
 
 
+@pytest.mark.parametrize(("workload", "shapes"), [
+    ("softmax", [{"rows": 3, "cols": 200}, {"rows": 2, "cols": 256}, {"rows": 2, "cols": 20000}]),
+    ("cross_entropy", [{"rows": 4, "vocab": 300}, {"rows": 3, "vocab": 512}]),
+])
+def test_full_chunk_loops_with_a_tail_become_one_masked_pass(workload: str, shapes: list[dict]) -> None:
+    """A loop over the full chunks followed by its tail branch (``if n_full < n_cols``) is one column
+    pass: the single-pass copy runs the tail's body at offset 0 (masked, it covers the whole row, also
+    when the row is exactly one block) and loads the row once."""
+    source = (WORKLOADS / workload / "expert.py").read_text()
+    if workload == "softmax":
+        simplified = OP.simplify(source)
+        assert simplified is not None
+        source = simplified.source
+    case = _workload_case(WORKLOADS / workload, "expert.py", shapes)
+    case = Case(case.name, source, case.inputs, case.reference, rtol=case.rtol, atol=case.atol)
+    rw = OP.apply(source)
+    assert rw is not None and OP.present(rw.source)
+    single = next(f.name for f in ast.parse(rw.source).body
+                  if isinstance(f, ast.FunctionDef) and f.name.endswith("single_pass_kernel"))
+    assert _loads_of(rw.source, single) == (1 if workload == "softmax" else 3)  # CE: target, its logit, the row
+    assert check(case, rw.source) <= 1.0
+    assert OP.simplify(rw.source).source == source
+
+
 def test_single_pass_row_refusals() -> None:
     # whole-row kernels (already single pass, no column loop) and dot kernels: nothing to add
     for name in ("naive_softmax", "naive_rmsnorm", "naive_rowsum", "naive_gemm", "naive_attention"):
         assert OP.apply(NAIVE[name].source) is None, name
         assert OP.detect(NAIVE[name].source) == [], name
-    # a loop over the full chunks only (bound n_full, not the column count): not recognised
-    ce = (WORKLOADS / "cross_entropy" / "expert.py").read_text()
-    assert OP.apply(ce) is None and OP.simplify(ce) is None
+    # a loop over the full chunks (bound n_full = (n // B) * B) without its tail branch: not a row pass
     softmax = OP.simplify((WORKLOADS / "softmax" / "expert.py").read_text())
-    assert softmax is not None and OP.apply(softmax.source) is None
+    assert softmax is not None
+    untailed = softmax.source.replace("        if n_full < n_cols:", "        if n_full < n_cols - 0:")
+    assert OP.apply(untailed) is None
     with pytest.raises(ValueError, match="max_cols"):
         OP.apply(NAIVE["naive_looped_softmax"].source, max_cols=0)
     # already dispatched: not applicable again

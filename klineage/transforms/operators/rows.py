@@ -108,6 +108,7 @@ class _Looped:
     loops: tuple[ast.For, ...]
     n_param: str  # the column count (loop bound)
     block: str  # the column block constexpr (loop step)
+    tails: tuple[ast.If | None, ...] = ()  # per loop: the tail branch of a full-chunk loop, else None
 
 
 def _body_paths(fn: ast.FunctionDef) -> list[tuple[tuple[tuple[int, str], ...], list[ast.stmt]]]:
@@ -147,6 +148,41 @@ def _column_loop(m: Module, k: Kernel, st: ast.stmt) -> tuple[str, str] | None:
     return n.id, b.id
 
 
+def _full_chunk_loop(m: Module, k: Kernel, body: list[ast.stmt], i: int) -> tuple[str, str, ast.If] | None:
+    """``for v in range(0, NF, B)`` over the full chunks, NF assigned once as ``(N // B) * B``, followed
+    by its tail ``if NF < N:`` (no else): (N, B, the tail branch). With B >= N the loop runs at most once
+    and the tail, masked, covers the whole row."""
+    st = body[i]
+    rc = range_call(st, m.al)
+    if rc is None or len(rc.args) != 3 or not isinstance(st.target, ast.Name) or st.orelse:  # type: ignore[attr-defined]
+        return None
+    lo, nf, b = rc.args
+    if not (isinstance(lo, ast.Constant) and lo.value == 0 and isinstance(nf, ast.Name) and isinstance(b, ast.Name)):
+        return None
+    pb = k.param(b.id)
+    if k.param(nf.id) is not None or pb is None or not pb.constexpr:
+        return None
+    v = single_value(k.node, nf.id)
+    if not (isinstance(v, ast.BinOp) and isinstance(v.op, ast.Mult) and isinstance(v.right, ast.Name)
+            and v.right.id == b.id and isinstance(v.left, ast.BinOp) and isinstance(v.left.op, ast.FloorDiv)
+            and isinstance(v.left.left, ast.Name) and isinstance(v.left.right, ast.Name)
+            and v.left.right.id == b.id):
+        return None
+    n = v.left.left.id
+    pn = k.param(n)
+    if pn is None or pn.constexpr or i + 1 >= len(body):
+        return None
+    tail = body[i + 1]
+    t = tail.test if isinstance(tail, ast.If) else None
+    if not (isinstance(tail, ast.If) and not tail.orelse and isinstance(t, ast.Compare) and len(t.ops) == 1
+            and isinstance(t.ops[0], ast.Lt) and isinstance(t.left, ast.Name) and t.left.id == nf.id
+            and isinstance(t.comparators[0], ast.Name) and t.comparators[0].id == n):
+        return None
+    if any(isinstance(x, ast.Name) and x.id == nf.id and isinstance(x.ctx, ast.Store) for x in ast.walk(tail)):
+        return None
+    return n, b.id, tail
+
+
 def _looped(m: Module) -> list[_Looped]:
     dispatched = {n for d in _dispatches(m) for n in (d.single, d.looped)}
     out = []
@@ -166,7 +202,12 @@ def _looped(m: Module) -> list[_Looped]:
             continue
         found = None
         for path, body in _body_paths(k.node):
-            hits = [(st, cl) for st in body if (cl := _column_loop(m, k, st)) is not None]
+            hits = []
+            for i, st in enumerate(body):
+                if (cl := _column_loop(m, k, st)) is not None:
+                    hits.append((st, cl, None))
+                elif (fc := _full_chunk_loop(m, k, body, i)) is not None:
+                    hits.append((st, fc[:2], fc[2]))
             if hits:
                 if found is not None:
                     found = None
@@ -175,11 +216,12 @@ def _looped(m: Module) -> list[_Looped]:
         if found is None:
             continue
         path, body, hits = found
-        if len({cl for _, cl in hits}) != 1:
+        if len({cl for _, cl, _ in hits}) != 1:
             continue
         n_param, block = hits[0][1]
-        loops_ = tuple(st for st, _ in hits)  # type: ignore[misc]
-        # every other loop stepping by the block (e.g. a loop over the full chunks only) refuses
+        loops_ = tuple(st for st, _, _ in hits)  # type: ignore[misc]
+        tails = tuple(tail for _, _, tail in hits)
+        # every other loop stepping by the block (one over the full chunks without its tail) refuses
         others = [
             lp for lp in ast.walk(k.node)
             if isinstance(lp, (ast.For, ast.While)) and lp not in loops_
@@ -192,7 +234,7 @@ def _looped(m: Module) -> list[_Looped]:
             continue
         if not _simple_host(args[n_param]) or _names([la.grid]) & _names([args[block]]) - {"triton"}:
             continue
-        out.append(_Looped(k, la, body, path, loops_, n_param, block))  # type: ignore[arg-type]
+        out.append(_Looped(k, la, body, path, loops_, n_param, block, tails))  # type: ignore[arg-type]
     return out
 
 
@@ -220,15 +262,14 @@ def _atom(node: ast.AST) -> bool:
 # ---------------------------------------------------------------------- building the single-pass copy
 
 
-def _unrolled_loop_text(m: Module, lp: ast.For) -> str:
-    """A column loop's body at the loop's indentation, with the loop variable at 0:
-    ``v + e`` / ``e + v`` / ``e - v`` become ``e``, any other ``v`` becomes ``0``."""
-    var = lp.target.id  # type: ignore[attr-defined]
-    first, last = m.src.stmt_lines(lp.body[0])[0], m.src.stmt_lines(lp.body[-1])[1]
+def _at_zero_text(m: Module, body: list[ast.stmt], var: str, indent: str) -> str:
+    """Statements ``body`` with ``var`` at 0, reindented to ``indent``: ``var + e`` / ``e + var`` /
+    ``e - var`` become ``e``, any other ``var`` becomes ``0``."""
+    first, last = m.src.stmt_lines(body[0])[0], m.src.stmt_lines(body[-1])[1]
     start, end = m.src.line_span(first, last)
     edits = []
     done: set[int] = set()
-    for st in lp.body:
+    for st in body:
         for n in ast.walk(st):
             if not (isinstance(n, ast.Name) and n.id == var) or id(n) in done:
                 continue
@@ -247,7 +288,17 @@ def _unrolled_loop_text(m: Module, lp: ast.For) -> str:
                 edits.append(Edit(s - start, e - start, "0"))
             done.add(id(n))
     text = apply_edits(m.src.text[start:end], edits)
-    return reindent(text, m.src.indent_of(lp.body[0].lineno), m.src.indent_of(lp.lineno))
+    return reindent(text, m.src.indent_of(body[0].lineno), indent)
+
+
+def _unrolled_loop_text(m: Module, lp: ast.For, tail: ast.If | None = None) -> str:
+    """A column loop run once at offset 0, at the loop's indentation: its body with the loop variable
+    at 0; for a full-chunk loop, its tail branch with the full-chunk bound at 0 instead (the masked
+    tail then covers the whole row, whether or not the block equals the column count)."""
+    if tail is not None:
+        bound = range_call(lp, m.al).args[1]  # type: ignore[union-attr]
+        return _at_zero_text(m, tail.body, bound.id, m.src.indent_of(lp.lineno))  # type: ignore[attr-defined]
+    return _at_zero_text(m, lp.body, lp.target.id, m.src.indent_of(lp.lineno))  # type: ignore[attr-defined]
 
 
 class _Canon:
@@ -373,13 +424,15 @@ def _single_pass_kernel(m: Module, lp: _Looped, name: str) -> str:
     def_at = head.find(f"def {k.name}(")
     edits.append(Edit(def_at + 4, def_at + 4 + len(k.name), name))
     first_loop = lp.loops[0]
-    for loop in lp.loops:
+    for loop, tail in itertools.zip_longest(lp.loops, lp.tails):
         s, e = m.src.line_span(*m.src.stmt_lines(loop))
-        edits.append(Edit(s - base, e - base, _unrolled_loop_text(m, loop)))
+        edits.append(Edit(s - base, e - base, _unrolled_loop_text(m, loop, tail)))
+        if tail is not None:
+            edits.append(Edit(*(p - base for p in m.src.line_span(*m.src.stmt_lines(tail))), ""))
     text = apply_edits(head, edits)
     index = lp.body.index(first_loop)
     # where the unrolled statements start, in the new function: same list, same index
-    return _merge_row_loads(text, lp.path, index, m.al, m.tl)
+    return _merge_row_loads(text, lp.path, index, m.al, m.tl).rstrip("\n") + "\n"
 
 
 # -------------------------------------------------------------------------------------- the operator
@@ -556,6 +609,9 @@ class SinglePassRow(Operator):
         assert stmt is not None
         s_first, s_last = m.src.stmt_lines(stmt)
         s_start, s_end = m.src.line_span(s_first, s_last)
+        # comment lines right above the launch go with it into the looped branch (simplify takes
+        # that branch back whole)
+        c_start = m.src.line_span(_whole_lines(m.src, stmt)[0], s_last)[0]
         ind = m.src.indent_of(stmt.lineno)
         launch_text = m.src.text[s_start:s_end]
         bs, be = m.src.span(args[lp.block])
@@ -563,6 +619,8 @@ class SinglePassRow(Operator):
             Edit(bs - s_start, be - s_start, blk),
             Edit(*(p - s_start for p in m.src.span(la.call.func.value)), kname),  # type: ignore[attr-defined]
         ])
+        launch_text = m.src.text[c_start:s_end]
+        s_start = c_start
         host = (
             f"{ind}{blk} = {m.triton}.next_power_of_2({n_text})\n"
             f"{ind}if {blk} <= {const}:\n"
