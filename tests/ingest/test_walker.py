@@ -225,7 +225,7 @@ GENERIC_NOT_APPLIED = {
     "gemm": set(),
     "layernorm": {"multi-row"},
     "softmax": {"multi-row"},
-    "attention": {"causal-skip", "mask-elision"},
+    "attention": {"mask-elision"},
 }
 
 

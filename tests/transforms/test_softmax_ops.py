@@ -5,13 +5,15 @@ entropy expert's full-chunk loop), plus the recognisers' refusals."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import tomllib
 
 import pytest
 
+from klineage.ingest.walker import naive_end
 from klineage.transforms.features import kernel_features
 from klineage.transforms.registry import get_operator
-from tests.transforms.harness import WORKLOADS, Case, check, load, naive_cases
+from tests.transforms.harness import ROOT, WORKLOADS, Case, check, load, naive_cases
 
 
 def _case(workload: str, shapes: list[dict]) -> Case:
@@ -86,6 +88,42 @@ def test_causal_skip_feature_and_exact_round_trip_on_naive() -> None:
     src = naive_cases()["naive_attention"].source
     assert not kernel_features(src)["causal_skip"]
     assert kernel_features(op.apply(src).source)["causal_skip"]  # type: ignore[union-attr]
+
+
+HELPER_MASK = "keep = offs_m[:, None] >= (start_n + offs_n[None, :])"
+HELPER_REFUSED = {
+    "strict": "keep = offs_m[:, None] > (start_n + offs_n[None, :])",
+    "window": "keep = (offs_m[:, None] >= (start_n + offs_n[None, :])) & (offs_m[:, None] - start_n < 64)",
+    "shifted keys": "keep = offs_m[:, None] >= (start_n + 1 + offs_n[None, :])",
+}
+
+
+def _attention_naive_end() -> str:
+    path = ROOT / "lineages" / "attention.lineage.json"
+    return naive_end(json.loads(path.read_text(encoding="utf-8")))
+
+
+def test_causal_skip_splits_a_masked_helper_call() -> None:
+    """The attention walk's naive end calls its jit loop helper once over [0, S) with the causal flag
+    on; apply makes two calls, the flag off below the diagonal, and simplify takes them back."""
+    op = get_operator("causal-skip")
+    src = _attention_naive_end()
+    assert op.applicable(src) and not op.present(src)
+    rw = op.apply(src)
+    assert rw is not None and op.present(rw.source)
+    assert "start_m * BLOCK_M // BLOCK_N * BLOCK_N, tl.minimum(start_m * BLOCK_M + BLOCK_M, S)" in rw.source
+    back = op.simplify(rw.source)
+    assert back is not None and back.source == src
+    case = _case("attention", [{"B": 1, "H": 1, "S": 300, "D": 32, "causal": True},
+                               {"B": 1, "H": 2, "S": 256, "D": 16, "causal": True}])
+    assert check(Case(case.name, src, case.inputs, case.reference, case.rtol, case.atol), rw.source) <= 1.0
+
+
+@pytest.mark.parametrize("variant", sorted(HELPER_REFUSED))
+def test_causal_skip_refuses_helper_masks_it_cannot_prove(variant: str) -> None:
+    src = _attention_naive_end()
+    assert HELPER_MASK in src
+    assert get_operator("causal-skip").apply(src.replace(HELPER_MASK, HELPER_REFUSED[variant])) is None
 
 
 CAUSAL_REFUSED = {

@@ -586,6 +586,8 @@ class CausalSkip(Operator):
             )
         for k, loop, *_ in self._causal_loops(m):
             out.append(anchor("applicable", loop, "key loop masking every block causally", k))
+        for st, call, *_ in self._causal_calls(m):
+            out.append(anchor("applicable", st, f"{_func_name(call)} called over every key block, causal mask on"))
         return out
 
     def simplify(self, source: str) -> Rewrite | None:
@@ -727,11 +729,132 @@ class CausalSkip(Operator):
         kk = self._offsets(m, left.value, {n: v for n, (_s, v) in local.items()})
         return kk is not None and _name(kk[0]) == var and m.src.seg(kk[1]) == step
 
+    def _causal_calls(self, m: Module) -> list[tuple[ast.stmt, ast.Call, int, int, int, str, str, str]]:
+        """One call of a jit helper that loops over ``range(lo, hi, BN)`` with lo = 0 passed, and whose
+        single True constexpr flag guards the causal comparison ``P[:, None] >= <key offsets>`` (P a
+        helper parameter the caller binds to ``A + tl.arange(0, BM)``, A from the program id):
+        (statement, call, lo index, hi index, flag index, A, BM, BN as the caller writes them)."""
+        helpers = {k.name: k for k in m.kernels}
+        split = {id(body[x]) for _k, body, i, j, *_ in self._call_splits(m) for x in (i, j)}
+        out = []
+        for k in m.launched:
+            derived = pid_derived(k.node, m.al)
+            defs = {a[0]: a[1] for b in _bodies(k.node) for st in b if (a := _assign(st)) is not None}
+            for body in _bodies(k.node):
+                for st in body:
+                    call = self._helper_call(st, helpers)
+                    if call is None or id(st) in split:
+                        continue
+                    found = self._causal_call(m, helpers[_func_name(call)], call, defs, derived)  # type: ignore[index]
+                    if found is not None:
+                        out.append((st, call, *found))
+        return out
+
+    def _causal_call(
+        self, m: Module, helper: Kernel, call: ast.Call, defs: dict[str, ast.expr], derived: set[str]
+    ) -> tuple[int, int, int, str, str, str] | None:
+        params = [p.name for p in helper.params]
+        if len(params) != len(call.args):
+            return None
+        for loop in (n for n in ast.walk(helper.node) if isinstance(n, ast.For)):
+            rc = range_call(loop, m.al)
+            if rc is None or len(rc.args) != 3 or not isinstance(loop.target, ast.Name):
+                continue
+            lo, hi = _name(rc.args[0]), _name(rc.args[1])
+            if lo not in params or hi not in params:
+                continue
+            lo_i, hi_i = params.index(lo), params.index(hi)  # type: ignore[arg-type]
+            if not (isinstance(call.args[lo_i], ast.Constant) and call.args[lo_i].value == 0):  # type: ignore[attr-defined]
+                continue
+            step = _name(rc.args[2])
+            step_text = m.src.seg(call.args[params.index(step)]) if step in params else m.src.seg(rc.args[2])
+            flags = [
+                x for x, a in enumerate(call.args)
+                if isinstance(a, ast.Constant) and a.value is True and helper.param(params[x]).constexpr  # type: ignore[union-attr]
+            ]
+            hits = [(x, q) for x in flags if (q := self._guarded_causal(m, helper, params, x, loop)) is not None]
+            if len(hits) != 1:
+                continue
+            flag, q_param = hits[0]
+            q = self._offsets(m, call.args[params.index(q_param)], defs)
+            if q is None or not _uses([q[0]], derived):
+                continue
+            return lo_i, hi_i, flag, m.src.seg(q[0]), m.src.seg(q[1]), step_text
+        return None
+
+    def _guarded_causal(self, m: Module, helper: Kernel, params: list[str], flag: int, loop: ast.For) -> str | None:
+        """The helper parameter P of the causal mask ``keep = P[:, None] >= (v + O[None, :])`` (v the
+        loop variable, O = tl.arange(0, step); ``<=`` mirrored), assigned whole in the body of an
+        ``if FLAG:``, with no other comparison on v or P there (a window or a strict ``>`` would
+        make the unmasked blocks below the diagonal wrong); None otherwise."""
+        var, step = loop.target.id, m.src.seg(range_call(loop, m.al).args[2])  # type: ignore[attr-defined,union-attr]
+        defs = {a[0]: a[1] for b in _bodies(helper.node) for st in b if (a := _assign(st)) is not None}
+        for node in ast.walk(helper.node):
+            if not (isinstance(node, ast.If) and _name(node.test) == params[flag]):
+                continue
+            compares = [t for st in node.body for t in ast.walk(st) if isinstance(t, ast.Compare)
+                        and _uses([t], {var, *params})]
+            mask = next((a[1] for st in node.body if (a := _assign(st)) is not None and a[1] in compares), None)
+            if len(compares) != 1 or mask is None or len(mask.ops) != 1:  # type: ignore[attr-defined]
+                continue
+            left, right = mask.left, mask.comparators[0]  # type: ignore[attr-defined]
+            if isinstance(mask.ops[0], ast.LtE):  # type: ignore[attr-defined]
+                left, right = right, left
+            elif not isinstance(mask.ops[0], ast.GtE):  # type: ignore[attr-defined]
+                continue
+            if not (isinstance(left, ast.Subscript) and _name(left.value) in params
+                    and m.src.seg(left.slice) == ":, None"):
+                continue
+            if self._key_offsets(m, right, defs, var, step):
+                return left.value.id  # type: ignore[attr-defined]
+        return None
+
+    def _key_offsets(self, m: Module, node: ast.expr, defs: dict[str, ast.expr], var: str, step: str) -> bool:
+        """``v + O[None, :]`` / ``O[None, :] + v`` with O = tl.arange(0, step), or ``K[None, :]`` with
+        K = v + tl.arange(0, step): the keys of the block starting at v."""
+        if isinstance(node, ast.Subscript) and m.src.seg(node.slice) == "None, :":
+            kk = self._offsets(m, node.value, defs)
+            return kk is not None and _name(kk[0]) == var and m.src.seg(kk[1]) == step
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)):
+            return False
+        for v, o in ((node.left, node.right), (node.right, node.left)):
+            if _name(v) != var or not (isinstance(o, ast.Subscript) and m.src.seg(o.slice) == "None, :"):
+                continue
+            ar = defs.get(_name(o.value) or "")
+            if (tl_func(ar, m.al) == "arange" and len(ar.args) == 2  # type: ignore[union-attr]
+                    and m.src.seg(ar.args[0]) == "0" and m.src.seg(ar.args[1]) == step):  # type: ignore[union-attr]
+                return True
+        return False
+
+    def _split_call(self, m: Module, found: tuple[ast.stmt, ast.Call, int, int, int, str, str, str]) -> Edit:
+        """The edit replacing one masked helper call by an unmasked call below the diagonal and a
+        masked one over the diagonal block(s)."""
+        st, call, lo, hi, flag, a_text, bm, step = found
+        a_p = a_text if _simple(a_text) else f"({a_text})"
+        diag = f"{a_p} // {step} * {step}"
+        start, end = _lines(m, st, st)
+
+        def with_args(new: dict[int, str]) -> str:
+            return apply_edits(m.src.text[start:end], [
+                Edit(*(p - start for p in m.src.span(call.args[x])), text) for x, text in new.items()
+            ])
+
+        ind = m.src.indent_of(st.lineno)
+        n_text = m.src.seg(call.args[hi])
+        return Edit(start, end, (
+            f"{ind}# key blocks below the diagonal: every key precedes every query, no causal mask\n"
+            + with_args({hi: diag, flag: "False"})
+            + f"{ind}# diagonal block(s): causal mask; blocks above the diagonal are skipped\n"
+            + with_args({lo: diag, hi: f"{m.tl}.minimum({a_text} + {bm}, {n_text})"})
+        ))
+
     def apply(self, source: str, code: list[dict[str, Any]] | None = None, **params: Any) -> Rewrite | None:
         """Split a causally masked key loop ``range(0, N, BN)`` into ``range(0, A // BN * BN, BN)``
         without the mask (every key precedes every query there) and ``range(A // BN * BN,
-        tl.minimum(A + BM, N), BN)`` with it; blocks past the diagonal are never visited. With the
-        ``code`` simplify recorded, the expert's split (loops or helper calls) goes back exactly."""
+        tl.minimum(A + BM, N), BN)`` with it; blocks past the diagonal are never visited. A jit helper
+        called over [0, N) with a causal flag (``_causal_calls``) becomes two calls the same way, the
+        flag off below the diagonal. With the ``code`` simplify recorded, the expert's split (loops or
+        helper calls) goes back exactly."""
         check_params(self.id, params, ())
         if require_list(self.id, "code", code) is not None:
             return rewrite_with_hunks(self, source, code, {"code": code})
@@ -740,7 +863,10 @@ class CausalSkip(Operator):
             return None
         found = self._causal_loops(m)
         if not found:
-            return None
+            calls = self._causal_calls(m)
+            if not calls:
+                return None
+            return self._rewrite(source, apply_edits(source, [self._split_call(m, calls[0])]), {}, "apply")
         edits = []
         for _k, loop, where, mask_stmt, a_text, bm, step, n in found[:1]:
             rc = range_call(loop, m.al)
