@@ -3,7 +3,8 @@
 ``walk`` gates the workload's kernel, then removes one optimization at a time (policy in
 ``klineage.ingest.walker``), and writes the lineage document (skills extracted from the accepted
 steps). Every gate result is cached by kernel hash (``--cache``), so a walk stopped by ``--budget-s``
-or a crash resumes with ``--resume``: the walk replays from the cache to where it stopped.
+or a crash resumes with ``--resume``: the walk replays from the cache to where it stopped, starting
+from the kernel the document records (not the workload's kernel file, which may have changed since).
 
 Exit codes: 0 done (also when the walk is incomplete: the document says ``"complete": false``),
 1 the starting kernel fails its gates, 2 bad usage.
@@ -40,13 +41,34 @@ def _write_atomic(path: Path, data: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+def _resumed_start(document: Path, workload_dir: Path) -> str:
+    """The kernel the walk in ``document`` started from: a resumed walk goes on from there, also when
+    the workload's kernel file has changed since (then it says so)."""
+    from klineage.ingest.walker import start_kernel
+    from klineage.schema.errors import FormatError, ManifestError
+    from klineage.schema.lineage_document import load_lineage_document
+    from klineage.schema.manifest import load_manifest
+
+    try:
+        source = start_kernel(load_lineage_document(document).data)
+        current = load_manifest(workload_dir).kernel_path.read_text(encoding="utf-8")
+    except (FormatError, ManifestError, KeyError) as exc:
+        raise _bad(f"cannot resume {document}: {exc}") from exc
+    if source != current:
+        out.print(f"[yellow]note:[/] {workload_dir.name}'s kernel file changed since {document} was started; "
+                  "resuming the walk of the kernel the document started from (walk the new kernel into "
+                  "another --out file)")
+    return source
+
+
 def walk(
     workload_dir: Annotated[Path, typer.Argument(help="Workload folder (manifest.toml, reference.py, the kernel).")],
     out_path: Annotated[Path | None, typer.Option("--out", "-o", help="Lineage document to write "
                                                   "(default: lineages/<workload>.lineage.json).")] = None,
     validator: Annotated[str | None, typer.Option(help="Validator service URL (default: run the gates here).")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue a walk whose document exists: "
-                                          "cached gate results replay it to where it stopped.")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue a walk whose document exists, from the "
+                                          "kernel it started from: cached gate results replay it to where "
+                                          "it stopped.")] = False,
     cache: Annotated[Path | None, typer.Option(help="Gate result cache (default: $KLINEAGE_VALIDATOR_CACHE or "
                                                ".klineage/validator/cache.sqlite).")] = None,
     parallel: Annotated[int, typer.Option(min=1, max=64, help="Checking jobs run at a time (compile, "
@@ -72,6 +94,7 @@ def walk(
     if target.exists() and not resume:
         raise _bad(f"{target} exists; pass --resume to continue that walk (its gate results are cached), "
                    "or --out another file")
+    start_source = _resumed_start(target, workload_dir) if resume and target.exists() else None
     if validator:
         client: Any = HttpValidator(validator)
         baseline: Any = client
@@ -90,7 +113,7 @@ def walk(
     try:
         walker = Walker(workload_dir, client, options=WalkOptions(max_steps=max_steps, parallel=parallel,
                                                                  budget_s=budget_s),
-                        baseline_validator=baseline, on_event=show)
+                        baseline_validator=baseline, on_event=show, start_source=start_source)
         doc = walker.run()
     except ManifestError as exc:
         raise _bad(str(exc)) from exc

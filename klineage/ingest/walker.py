@@ -394,6 +394,15 @@ def accepted_path(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [s for s in doc["steps"] if s["accepted"]]
 
 
+def start_kernel(doc: Mapping[str, Any]) -> str:
+    """The source of the kernel a walk started from (what resuming that walk must start from again,
+    whatever the workload's kernel file holds today); KeyError when the document lacks it."""
+    for k in doc["kernels"]:
+        if k["sha"] == doc["start"]:
+            return k["source"]
+    raise KeyError(f"the lineage document does not hold its starting kernel {doc['start'][:12]}")
+
+
 def naive_end(doc: Mapping[str, Any]) -> str:
     """The source of the most simplified kernel of a walk (the start when nothing was accepted)."""
     sources = {k["sha"]: k["source"] for k in doc["kernels"]}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from klineage.ingest.walker import Walker, WalkOptions, accepted_path
+from klineage.ingest.walker import Walker, WalkOptions, accepted_path, start_kernel
 from klineage.transforms.registry import get_operator
 from klineage.validator import LocalValidator
 from klineage.validator.runner import DeviceInfo
@@ -58,9 +58,8 @@ def test_a_complete_walk_resumes_from_the_h200_cache(tmp_path: Path, workload: s
     baseline = CacheOnly(cache, device)
     # the operators of that walk (operators added since then would propose candidates it never measured)
     operators = [get_operator(op) for op in dict.fromkeys(s["operator"] for s in committed["steps"])]
-    start_source = next(k["source"] for k in committed["kernels"] if k["sha"] == committed["start"])
     doc = Walker(ROOT / "workloads" / workload, candidates, operators, options=WalkOptions(parallel=2),
-                 baseline_validator=baseline, start_source=start_source).run()
+                 baseline_validator=baseline, start_source=start_kernel(committed)).run()
     assert [s["operator"] for s in accepted_path(doc)] == [s["operator"] for s in accepted_path(committed)]
     assert [(s["operator"], s["accepted"], s["gate"]) for s in doc["steps"]] == \
         [(s["operator"], s["accepted"], s["gate"]) for s in committed["steps"]]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from klineage.ingest.replay import replay_report, replay_source
-from klineage.ingest.walker import Walker, WalkOptions, accepted_path, cost, naive_end
+from klineage.ingest.walker import Walker, WalkOptions, accepted_path, cost, naive_end, start_kernel
 from klineage.schema.gate_result import GateOutcome, GateResult
 from klineage.schema.ids import kernel_sha
 from klineage.transforms.operator import Anchor, Operator, Rewrite, make_rewrite
@@ -146,6 +146,19 @@ def test_budget_stops_incomplete_and_the_cache_resumes(tmp_path: Path) -> None:
     assert len(validator.jobs) == jobs_before, "a resumed walk must come entirely from the cache"
     assert [s["operator"] for s in accepted_path(again)] == [s["operator"] for s in accepted_path(full)]
     assert full["complete"] is True
+
+
+def test_a_walk_starts_from_the_given_kernel_and_the_document_records_it(tmp_path: Path) -> None:
+    """``start_source`` (a lineage's recorded start) wins over the workload's kernel file, which may
+    have moved on since; ``start_kernel`` reads it back from the document."""
+    ops = [MarkerOperator(i) for i in ("a", "b")]
+    folder = _workload(tmp_path, ["a"])  # the kernel file today: only marker a
+    earlier = (folder / "kernel.py").read_text(encoding="utf-8") + "# OPT b\n"
+    doc = Walker(folder, ScriptedValidator({"a": (1.1, 1.1), "b": (1.2, 1.2)}), ops, start_source=earlier).run()
+    assert doc["start"] == kernel_sha(earlier) and start_kernel(doc) == earlier
+    assert [s["operator"] for s in accepted_path(doc)] == ["a", "b"]
+    with pytest.raises(KeyError, match="does not hold its starting kernel"):
+        start_kernel({**doc, "kernels": [k for k in doc["kernels"] if k["sha"] != doc["start"]]})
 
 
 class ClockedValidator(ScriptedValidator):
