@@ -359,6 +359,12 @@ def autotune_configs(call: ast.Call | None, al: Aliases, tree: ast.Module | None
     ]
 
 
+def sets_register_cap(call: ast.Call) -> bool:
+    """True when the call (an autotune config or a launch) passes ``maxnreg`` with a value other than None."""
+    v = kwarg(call, "maxnreg")
+    return v is not None and not (isinstance(v, ast.Constant) and v.value is None)
+
+
 def config_dict(cfg: ast.Call) -> ast.Dict | None:
     """The kwargs dict literal of a ``triton.Config``."""
     d = cfg.args[0] if cfg.args else kwarg(cfg, "kwargs")

@@ -25,6 +25,7 @@ from klineage.transforms._triton import (
     launches,
     loops,
     range_call,
+    sets_register_cap,
     tl_func,
     value_sites,
 )
@@ -454,11 +455,7 @@ def kernel_features(source: str) -> dict[str, Any]:
         "n_kernels": len(launched) if launched else len(ks),
         "n_loops": len(kernel_loops),
         "uses_mask": any(_uses_mask(k, al) for k in ks),
-        "register_cap": any(
-            (v := kwarg(n, "maxnreg")) is not None and not (isinstance(v, ast.Constant) and v.value is None)
-            for n in ast.walk(src.tree)
-            if isinstance(n, ast.Call)
-        ),
+        "register_cap": any(sets_register_cap(n) for n in ast.walk(src.tree) if isinstance(n, ast.Call)),
     }
     feats["elementwise"] = bool(ks) and not feats["has_dot"] and not (names & _REDUCTIONS)
     return {name: feats[name] for name in KERNEL_FEATURES}

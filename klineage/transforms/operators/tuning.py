@@ -32,6 +32,7 @@ from klineage.transforms._triton import (
     loop_step_names,
     loops,
     range_call,
+    sets_register_cap,
     single_value,
     tl_func,
     unique_name,
@@ -941,11 +942,6 @@ def _literal_warps(call: ast.Call, host: ast.FunctionDef | None) -> int | None:
     return warps
 
 
-def _sets_register_cap(call: ast.Call) -> bool:
-    v = kwarg(call, "maxnreg")
-    return v is not None and not (isinstance(v, ast.Constant) and v.value is None)
-
-
 class RegisterCap(Operator):
     """A register cap (maxnreg) that fits one more program of a tensor-core kernel on each SM."""
 
@@ -962,7 +958,7 @@ class RegisterCap(Operator):
 
     def _sites(self, m: Module) -> list[ast.Call]:
         launches = [la.call for k in m.kernels for la in m.launches_of(k)]
-        return [c for c in (*_config_calls(m), *launches) if _sets_register_cap(c)]
+        return [c for c in (*_config_calls(m), *launches) if sets_register_cap(c)]
 
     def _additions(self, m: Module, maxnreg: int | None) -> list[tuple[Kernel, ast.Call, int]]:
         """(kernel, config or launch call, cap) for each place ``apply`` adds a cap: the configs of an
