@@ -21,13 +21,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from klineage.graphql.kernel_facts import kernel_facts  # noqa: E402
 from klineage.ingest.pipeline import ingest_lineages  # noqa: E402
 from klineage.kb.embedded_store import EmbeddedStore  # noqa: E402
 from klineage.kb.search import APPLICABLE, NOT_APPLICABLE  # noqa: E402
 from klineage.kb.service import KnowledgeBase  # noqa: E402
 from klineage.schema.lineage_document import load_lineage_document  # noqa: E402
 from klineage.schema.manifest import load_manifest  # noqa: E402
+from klineage.transforms.facts import kernel_facts  # noqa: E402
 
 
 def main() -> int:

@@ -4,7 +4,7 @@
 For every workload folder under ``--heldout`` (default ``heldout/``) and for two of its GPU shapes
 (the first and the last of the manifest, with its first dtype and ``--arch``), this runs the same
 search as ``klineage search --kernel <naive.py> --context '{...}'``: kernel features, summary and
-operator anchors from ``klineage.graphql.kernel_facts``, then ``KnowledgeBase.search``. One row per
+operator anchors from ``klineage.transforms.facts``, then ``KnowledgeBase.search``. One row per
 (kernel, context): the APPLICABLE skills, the UNKNOWN ones (with what is missing) and the
 NOT_APPLICABLE ones (with the first failed check).
 
@@ -59,7 +59,7 @@ def cases(heldout: Path, arch: int) -> list[tuple[str, Path, dict[str, Any]]]:
 
 def recommend(kb: Any, source: str, context: dict[str, Any]) -> list[Any]:
     """Every skill's hit for this kernel and context (the CLI's search, without text)."""
-    from klineage.graphql.kernel_facts import kernel_facts
+    from klineage.transforms.facts import kernel_facts
 
     return kb.search(context=context, limit=100, **kernel_facts(source).search_kwargs())
 

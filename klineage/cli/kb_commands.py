@@ -252,7 +252,7 @@ def search(
             source = kernel.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
             raise _fail(f"--kernel {kernel}: expected UTF-8 Python source") from exc
-        from klineage.graphql.kernel_facts import kernel_facts
+        from klineage.transforms.facts import kernel_facts
 
         try:
             facts = kernel_facts(source).search_kwargs()

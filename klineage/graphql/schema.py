@@ -60,7 +60,7 @@ class HasApiToken(BasePermission):
 def _kernel_facts(source: str) -> dict[str, Any]:
     """``KnowledgeBase.search`` keyword arguments for a kernel source (features, summary, operator
     anchors), the same ones the CLI passes; GraphQLError when the source does not parse."""
-    from klineage.graphql.kernel_facts import kernel_facts
+    from klineage.transforms.facts import kernel_facts
 
     try:
         return kernel_facts(source).search_kwargs()

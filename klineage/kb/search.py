@@ -18,7 +18,7 @@ The pipeline is a few small, composable pieces:
    recommends adding its operator's optimization, so its anchor holds only where that state is
    "applicable" (and its stored anchor predicate is not false); "present" and "absent" make it
    NOT_APPLICABLE with a line saying so. ``kb`` never imports ``transforms``: the caller computes
-   the states (``klineage.graphql.kernel_facts``). Applicability: NOT_APPLICABLE when a
+   the states (``klineage.transforms.facts``). Applicability: NOT_APPLICABLE when a
    VALID_WHEN condition or the anchor is false; APPLICABLE when all are true; otherwise UNKNOWN.
 4. **Ranking**: ``score = relevance × expected gain × confidence``. Expected gain is the measured
    speedup at the evidence shape nearest to the context's shape (log-distance over the shape

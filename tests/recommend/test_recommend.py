@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from klineage.graphql.kernel_facts import kernel_facts, operator_anchors
 from klineage.kb.embedded_store import EmbeddedStore
 from klineage.kb.search import APPLICABLE, NOT_APPLICABLE, SkillHit
 from klineage.kb.service import KnowledgeBase
 from klineage.schema.lineage_document import load_lineage_document
 from klineage.schema.manifest import load_manifest
+from klineage.transforms.facts import kernel_facts, operator_anchors
 from klineage.transforms.registry import get_operator, operator_ids
 
 pytestmark = pytest.mark.real("embedder")
@@ -127,7 +127,7 @@ def test_an_optimization_already_present_is_not_recommended(kb: KnowledgeBase) -
 def test_a_false_valid_when_blocks_an_addable_skill(kb: KnowledgeBase) -> None:
     hits = recommend(kb, source_of("linear_gelu"), context_of("linear_gelu", arch=75))
     tile = hits["tile-size"]
-    assert operator_anchors(source_of("linear_gelu"))["tile-size"].state == "applicable"
+    assert operator_anchors(source_of("linear_gelu"))["tile-size"]["state"] == "applicable"
     assert tile.applicable == NOT_APPLICABLE
     assert any(line.startswith("valid: arch >= 80") for line in tile.failed), tile.failed
     assert hits["grouped-order"].applicable == APPLICABLE  # no VALID_WHEN
@@ -136,15 +136,15 @@ def test_a_false_valid_when_blocks_an_addable_skill(kb: KnowledgeBase) -> None:
 def test_an_apply_that_changes_nothing_is_not_an_anchor(monkeypatch: pytest.MonkeyPatch) -> None:
     source = source_of("linear_gelu")
     tile = get_operator("tile-size")
-    assert tile.applicable(source) and operator_anchors(source)["tile-size"].state == "applicable"
+    assert tile.applicable(source) and operator_anchors(source)["tile-size"]["state"] == "applicable"
     # an operator whose detect finds a place but whose apply would change nothing there
     monkeypatch.setattr(type(tile), "apply", lambda self, src, **params: None)
     anchors = operator_anchors(source)
-    assert anchors["tile-size"].state == "absent"
-    assert "apply changes nothing" in anchors["tile-size"].detail
+    assert anchors["tile-size"]["state"] == "absent"
+    assert "apply changes nothing" in anchors["tile-size"]["detail"]
     assert set(anchors) == set(operator_ids())
     # num-warps on the SwiGLU gate: its computed warps equal the default 4, so detect offers no place
-    assert operator_anchors(source_of("silu_mul"))["num-warps"].state == "absent"
+    assert operator_anchors(source_of("silu_mul"))["num-warps"]["state"] == "absent"
 
 
 def _graphql_applicability(kb: KnowledgeBase, source: str, context: dict[str, Any]) -> dict[str, str]:

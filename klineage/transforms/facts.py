@@ -1,8 +1,9 @@
 """What a kernel's source tells skill search: static features, a summary, and operator anchors.
 
-Both the GraphQL resolver and the ``klineage search --kernel`` command build their search inputs
-here and call the one service function, ``KnowledgeBase.search``. It lives above ``kb`` and
-``transforms`` because it needs both: ``kb`` never imports ``transforms``.
+The one analysis behind every kernel-aware search: the GraphQL resolver, ``klineage search --kernel``
+and the agent build their search inputs here and pass them to the one service function,
+``KnowledgeBase.search`` (``search_kwargs``). Pure functions of the source; nothing here imports ``kb``:
+an anchor is a plain ``{"state": ..., "detail": ...}`` mapping that the search reads.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from klineage.kb.search import ANCHOR_ABSENT, ANCHOR_APPLICABLE, ANCHOR_PRESENT, OperatorAnchor
+#: The anchor states ``kb.search`` understands.
+APPLICABLE, PRESENT, ABSENT = "applicable", "present", "absent"
 
 
 @dataclass(frozen=True)
@@ -19,12 +21,17 @@ class KernelFacts:
 
     features: dict[str, Any]
     summary: str
-    operator_anchors: dict[str, OperatorAnchor]
+    operator_anchors: dict[str, dict[str, str]]
 
     def search_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``KnowledgeBase.search``."""
         return {"kernel_features": self.features, "kernel_summary": self.summary,
                 "operator_anchors": self.operator_anchors}
+
+    def state(self, operator: str) -> str | None:
+        """The anchor state of ``operator`` in this kernel (None when its analysis failed)."""
+        anchor = self.operator_anchors.get(operator)
+        return anchor["state"] if anchor else None
 
 
 def _where(anchors: list[Any]) -> str:
@@ -32,8 +39,8 @@ def _where(anchors: list[Any]) -> str:
     return "; ".join(seen)
 
 
-def operator_anchors(source: str) -> dict[str, OperatorAnchor]:
-    """For every registered operator, its anchor state in ``source``:
+def operator_anchors(source: str) -> dict[str, dict[str, str]]:
+    """For every registered operator, its anchor state in ``source`` (``{"state", "detail"}``):
 
     - "applicable" when its ``detect`` finds a place to add it AND its ``apply`` (default
       parameters) actually rewrites the source: a skill is never recommended where applying it
@@ -46,7 +53,7 @@ def operator_anchors(source: str) -> dict[str, OperatorAnchor]:
     """
     from klineage.transforms.registry import all_operators
 
-    out: dict[str, OperatorAnchor] = {}
+    out: dict[str, dict[str, str]] = {}
     for op in all_operators():
         try:
             found = op.detect(source)
@@ -56,14 +63,14 @@ def operator_anchors(source: str) -> dict[str, OperatorAnchor]:
             continue
         present = [a for a in found if a.kind == "present"]
         if changes:
-            out[op.id] = OperatorAnchor(ANCHOR_APPLICABLE, _where(applicable))
+            out[op.id] = {"state": APPLICABLE, "detail": _where(applicable)}
         elif present:
-            out[op.id] = OperatorAnchor(ANCHOR_PRESENT, _where(present))
+            out[op.id] = {"state": PRESENT, "detail": _where(present)}
         elif applicable:
-            out[op.id] = OperatorAnchor(ANCHOR_ABSENT, f"its detect finds {_where(applicable)}, "
-                                                       "but its apply changes nothing there")
+            out[op.id] = {"state": ABSENT, "detail": f"its detect finds {_where(applicable)}, "
+                                                     "but its apply changes nothing there"}
         else:
-            out[op.id] = OperatorAnchor(ANCHOR_ABSENT, f"it needs {op.anchor_description}")
+            out[op.id] = {"state": ABSENT, "detail": f"it needs {op.anchor_description}"}
     return out
 
 
