@@ -324,6 +324,14 @@ class KnowledgeBase:
                 seen.setdefault(node.id, node)
         return list(seen.values())
 
+    def step_kernels(self, step_ids: Sequence[str]) -> dict[str, tuple[Node | None, Node | None]]:
+        """For each step id, its (FROM, TO) Kernel nodes — the version a backward step started from and
+        the simplified version it produced (None where the store lacks one): two store calls."""
+        froms = self.store.neighbors(list(step_ids), "FROM") if step_ids else {}
+        tos = self.store.neighbors(list(step_ids), "TO") if step_ids else {}
+        return {sid: (next((n for _, n in froms.get(sid, ())), None), next((n for _, n in tos.get(sid, ())), None))
+                for sid in step_ids}
+
     def kernel(self, sha: str) -> Node | None:
         """The Kernel node with this full SHA-256 (or this ``kernel:`` id), or None."""
         if sha.startswith("kernel:"):

@@ -1,0 +1,98 @@
+"""What the agent reads from the knowledge base's lineages: their steps in naive → expert order.
+
+A backward walk removes one optimization per accepted step, from the expert down to a naive kernel.
+Read forward (reversed), the accepted steps are the path an agent can follow from a naive kernel to
+the expert; the rejected ones are failure rules (what broke, at which gate, and why). Everything comes
+through ``KnowledgeBase`` service functions (``lineages``, ``step_kernels``, ``workload``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from klineage.kb.service import KnowledgeBase
+from klineage.schema.lineage_document import step_speedups
+
+
+@dataclass(frozen=True)
+class LineageStep:
+    """One step of a backward walk, with the two kernel versions it joins.
+
+    ``expert_source`` is the version that HAS the optimization (the step's FROM), ``simplified_source``
+    the one without it (TO). ``gain`` is the geometric mean over the measured cases of the speedup the
+    optimization gave (simplified time / optimized time), None when the step was not timed.
+    """
+
+    index: int
+    operator: str
+    accepted: bool
+    gate: str | None
+    reason: str
+    params: Mapping[str, Any]
+    gain: float | None
+    cases: int
+    expert_source: str | None
+    simplified_source: str | None
+
+
+@dataclass(frozen=True)
+class LineageSummary:
+    """A lineage as the agent uses it: its workload, family and steps in walk order (expert → naive)."""
+
+    id: str
+    workload: str
+    family: str
+    description: str
+    steps: tuple[LineageStep, ...]
+    naive_source: str = ""
+
+    def forward(self) -> list[LineageStep]:
+        """The accepted steps in naive → expert order (the order an agent adds them)."""
+        return [s for s in reversed(self.steps) if s.accepted]
+
+    def failures(self) -> list[LineageStep]:
+        """The rejected steps: removing (or, reversed, adding) the operator failed a gate here."""
+        return [s for s in self.steps if not s.accepted and s.gate]
+
+    def text(self) -> str:
+        """The lineage in words: workload, family, description and its forward path."""
+        path = ", ".join(s.operator for s in self.forward())
+        return f"{self.family} kernel {self.workload}: {self.description}. Optimized by: {path}."
+
+
+def _gain(props: Mapping[str, Any]) -> tuple[float | None, int]:
+    speedups = [x["speedup"] for x in step_speedups(props) if x["speedup"] and x["speedup"] > 0]
+    return (statistics.geometric_mean(speedups) if speedups else None), len(speedups)
+
+
+def load_lineages(kb: KnowledgeBase, include_samples: bool = False) -> list[LineageSummary]:
+    """Every lineage of the knowledge base as a ``LineageSummary`` (sample lineages left out unless
+    asked: they carry no measured evidence)."""
+    out: list[LineageSummary] = []
+    for view in kb.lineages():
+        if view.lineage.props.get("sample") and not include_samples:
+            continue
+        kernels = kb.step_kernels([s.id for s in view.steps])
+        steps = []
+        for node in view.steps:
+            p = node.props
+            before, after = kernels.get(node.id, (None, None))
+            gain, cases = _gain(p)
+            steps.append(LineageStep(
+                index=int(p.get("index", 0)), operator=str(p.get("operator", "")), accepted=bool(p.get("accepted")),
+                gate=p.get("gate") or None, reason=str(p.get("reason") or ""), params=dict(p.get("params") or {}),
+                gain=gain, cases=cases,
+                expert_source=before.props.get("source") if before is not None else None,
+                simplified_source=after.props.get("source") if after is not None else None))
+        steps.sort(key=lambda s: s.index)
+        workload = view.workload.props if view.workload is not None else {}
+        naive = next((s for s in reversed(steps) if s.accepted and s.simplified_source), None)
+        out.append(LineageSummary(
+            id=view.lineage.id, workload=str(view.lineage.props.get("workload", "")),
+            family=str(workload.get("family", "")), description=str(workload.get("description", "")),
+            steps=tuple(steps),
+            naive_source=naive.simplified_source if naive is not None and naive.simplified_source else ""))
+    return out

@@ -1,0 +1,149 @@
+"""The optimization loop every method shares: plan, materialize, validate, keep the best, re-plan.
+
+``optimize`` spends at most ``budget`` validator calls on candidates. Each call validates one
+candidate with every gate; a candidate that fails a gate is reverted (the next move starts from the
+best kernel that passed) and its failure goes back to the planner. A move that cannot be made on the
+current kernel (its operators do not recognise the code) or that would produce a kernel already
+validated costs no call. The returned best kernel has passed every gate; the starting kernel is
+validated once, outside the budget, and is the answer when nothing better passed.
+
+Without a GPU the performance gate is skipped: candidates are kept when they pass the checking gates
+and the planner expected them to help (expected gain ≥ 1), and every report line says that nothing
+was measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from klineage.agent.moves import materialize
+from klineage.agent.planners import Planner
+from klineage.agent.problem import Problem
+from klineage.agent.report import AgentReport, Measurement
+from klineage.agent.state import AgentState, Attempt
+from klineage.schema.gate_result import GATES, GateResult
+from klineage.schema.ids import kernel_sha
+from klineage.schema.records import skill_id
+
+#: A candidate is kept only when it beats the best by more than timing noise.
+MIN_GAIN = 0.01
+
+Progress = Callable[[str], None]
+
+
+def measure(result: GateResult) -> Measurement:
+    """The measurement a gate result gives: verdict, first failed gate, and the speedup over the vendor
+    when the performance gate ran and passed."""
+    failed = next((g for g in result.gates if g.status == "fail"), None)
+    perf = result.gate("performance")
+    speedup = None
+    rows: tuple[dict[str, Any], ...] = ()
+    if perf is not None and perf.status == "pass":
+        gm = perf.metrics.get("geomean_speedup")
+        speedup = float(gm) if gm is not None else None
+        rows = tuple({"shape": r["shape"], "dtype": r["dtype"], "speedup": r.get("speedup"),
+                      "median_ms": r["candidate"]["median_ms"]} for r in perf.metrics.get("rows", ()))
+    reason = failed.reason if failed is not None else (perf.reason if perf is not None else "")
+    return Measurement(result.kernel_sha, result.verdict, failed.gate if failed is not None else None,
+                       reason[:500], speedup, rows)
+
+
+def optimize(problem: Problem, planner: Planner, validator: Any, budget: int = 10,
+             shapes: Sequence[Mapping[str, int | bool]] | None = None, kb: Any = None,
+             progress: Progress | None = None, arch: int | None = None) -> AgentReport:
+    """Optimize ``problem`` with ``planner`` under ``budget`` validator calls (see the module docstring).
+
+    ``validator`` is a ``klineage.validator.ValidatorClient``; ``shapes`` None validates on the manifest's
+    grid; ``kb`` (a ``KnowledgeBase``), when given, records every attempt as an Application of the
+    skills it used; ``progress`` receives one line per event.
+    """
+    if budget < 0:
+        raise ValueError(f"budget: expected a number of calls >= 0, got {budget}")
+    say = progress or (lambda line: None)
+    workload = problem.manifest.directory
+    start = measure(validator.validate(problem.source, workload, GATES, shapes))
+    measured = start.speedup is not None
+    tag = "" if measured else " [no performance measured: correctness only]"
+    say(f"start: {start.verdict}" + (f", {start.speedup:.3f}x vendor" if start.speedup else "") + tag)
+    notes = [] if measured else ["no performance was measured (no GPU, or the start failed a gate): moves were "
+                                 "ranked by the knowledge base's expected gain and kept when they passed the "
+                                 "checking gates"]
+    state = AgentState(problem, problem.source, arch=arch)
+    best = start if start.verdict == "pass" else None
+    best_source = problem.source if best is not None else None
+    seen = {kernel_sha(problem.source)}
+    while len(state.attempts) < budget:
+        candidate = _next_candidate(planner, state, seen)
+        if candidate is None:
+            say("no move left to try")
+            break
+        move, made = candidate
+        sha = kernel_sha(made.source)
+        seen.add(sha)
+        result = measure(validator.validate(made.source, workload, GATES, shapes))
+        accepted = _better(result, best, move.expected_gain, measured)
+        attempt = Attempt(len(state.attempts) + 1, move, made.applied, sha, result.verdict, result.failed_gate,
+                          result.reason, result.speedup, result.per_shape, accepted, move.expected_gain)
+        state.attempts.append(attempt)
+        if kb is not None:
+            _record(kb, made.source, attempt, best)
+        if accepted:
+            best, best_source, state.source = result, made.source, made.source
+            state.unusable.clear()
+        say(_line(attempt, tag))
+    return AgentReport(problem.name, planner.name, budget, measured, start, best, best_source,
+                       tuple(state.attempts), tuple(notes))
+
+
+def _next_candidate(planner: Planner, state: AgentState, seen: set[str]) -> tuple[Any, Any] | None:
+    """The first planned move that materializes to a kernel not validated yet."""
+    while True:
+        moves = planner.plan(state)
+        if not moves:
+            return None
+        for move in moves:
+            made = materialize(state.source, move)
+            if made is None or kernel_sha(made.source) in seen:
+                state.unusable.add(move.key())
+                continue
+            return move, made
+        return None
+
+
+def _better(result: Measurement, best: Measurement | None, expected: float | None, measured: bool) -> bool:
+    if result.verdict != "pass":
+        return False
+    if not measured:
+        return expected is None or expected >= 1.0
+    if result.speedup is None:
+        return False
+    return best is None or best.speedup is None or result.speedup > best.speedup * (1 + MIN_GAIN)
+
+
+def _record(kb: Any, source: str, attempt: Attempt, best: Measurement | None) -> None:
+    """One Application per skill the attempt used; the speedup is over the kernel it was applied to."""
+    relative = None
+    if attempt.speedup is not None and best is not None and best.speedup:
+        relative = attempt.speedup / best.speedup
+    if attempt.verdict != "pass":
+        outcome = f"fail-{attempt.failed_gate}" if attempt.failed_gate else "fail"
+    elif relative is None:
+        outcome = "pass"
+    else:
+        outcome = "improved" if attempt.accepted else "no-gain"
+    for step in attempt.applied:
+        sid = skill_id(step.operator)
+        if kb.skill(sid) is not None:
+            kb.record_application(sid, source, outcome, relative)
+
+
+def _line(a: Attempt, tag: str) -> str:
+    ops = "+".join(s.operator for s in a.applied)
+    if a.verdict != "pass":
+        what = f"FAIL at {a.failed_gate}: {a.reason[:120]}"
+    elif a.speedup is not None:
+        what = f"pass, {a.speedup:.3f}x vendor" + (" (kept)" if a.accepted else "")
+    else:
+        what = "pass" + (" (kept)" if a.accepted else "")
+    return f"call {a.call}: {a.move.label} [{ops}] from {a.move.origin}: {what}{tag}"

@@ -1,0 +1,107 @@
+"""Moves: what an agent proposes to change, and their mechanical materialization.
+
+A ``Move`` is one validator call's worth of change: one or more operator applications (a *composite*
+move when its steps only pay together, e.g. larger tiles with the warps and stages that feed them),
+each with the parameters the planner chose. ``materialize`` applies the steps in order with the
+operators' ``apply`` — the same operators the backward walker uses to remove them — and never guesses:
+a step whose operator does not recognise the code is skipped, and a move none of whose steps changed
+anything materializes to None (it costs no validator call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from klineage.transforms.registry import get_operator
+
+
+@dataclass(frozen=True)
+class MoveStep:
+    """One operator application: the operator id and the keyword parameters of its ``apply``."""
+
+    operator: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON form."""
+        return {"operator": self.operator, "params": dict(self.params)}
+
+
+@dataclass(frozen=True)
+class Move:
+    """A proposal for one validator call.
+
+    ``label`` names it for people; ``steps`` are applied in order; ``origin`` says where it came from
+    (``lineage gemm step 4``, ``memory``, ``fixed order``); ``expected_gain`` is the planner's estimate
+    of the speedup over the current kernel (None when it has none); ``why`` is one line of reasoning.
+    """
+
+    label: str
+    steps: tuple[MoveStep, ...]
+    origin: str = ""
+    expected_gain: float | None = None
+    why: str = ""
+
+    @property
+    def operators(self) -> tuple[str, ...]:
+        """The operator ids of the steps, in order."""
+        return tuple(s.operator for s in self.steps)
+
+    def key(self) -> str:
+        """A stable identity of the move (operators and parameters) to avoid proposing it twice."""
+        return repr([(s.operator, sorted((k, repr(v)) for k, v in s.params.items())) for s in self.steps])
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON form."""
+        return {"label": self.label, "steps": [s.to_dict() for s in self.steps], "origin": self.origin,
+                "expected_gain": self.expected_gain, "why": self.why}
+
+
+@dataclass(frozen=True)
+class Materialized:
+    """The source a move produced and which of its steps changed the code (``applied``)."""
+
+    source: str
+    applied: tuple[MoveStep, ...]
+    skipped: tuple[str, ...]
+
+
+def apply_step(source: str, step: MoveStep) -> str | None:
+    """The source after one step, or None when the operator does not apply (or rejects the
+    parameters): an operator's refusal is never an error for the agent, it is a move that cannot be made."""
+    try:
+        rewrite = get_operator(step.operator).apply(source, **dict(step.params))
+    except (ValueError, TypeError, KeyError, SyntaxError):
+        return None
+    return rewrite.source if rewrite is not None else None
+
+
+def materialize(source: str, move: Move) -> Materialized | None:
+    """Apply every step of ``move`` in order; None when no step changed the source."""
+    current = source
+    applied: list[MoveStep] = []
+    skipped: list[str] = []
+    for step in move.steps:
+        after = apply_step(current, step)
+        if after is None or after == current:
+            skipped.append(step.operator)
+            continue
+        current = after
+        applied.append(step)
+    if not applied:
+        return None
+    return Materialized(current, tuple(applied), tuple(skipped))
+
+
+def single(operator: str, params: Mapping[str, Any] | None = None, *, origin: str = "",
+           expected_gain: float | None = None, why: str = "", label: str | None = None) -> Move:
+    """A move of one step."""
+    return Move(label or operator, (MoveStep(operator, dict(params or {})),), origin, expected_gain, why)
+
+
+def composite(label: str, steps: Sequence[MoveStep], *, origin: str = "", expected_gain: float | None = None,
+              why: str = "") -> Move:
+    """A move of several steps validated together."""
+    return Move(label, tuple(steps), origin, expected_gain, why)

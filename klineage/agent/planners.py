@@ -1,0 +1,296 @@
+"""Planners: what to try next on a kernel, given the knowledge (or the lack of it).
+
+Every method runs in the same loop (``klineage.agent.loop``) with the same materializer, gates and
+budget; only the planner differs:
+
+* ``LineagePlanner`` (*klineage*): retrieve skills through ``KnowledgeBase.search`` (the function GraphQL
+  and MCP call) with the kernel's facts; find the lineage nearest to the kernel (family, static
+  features); start where the kernel already provides a step's optimization; propose the remaining
+  steps in naive → expert order with the expert's values in role terms; launch-configuration steps
+  (tiles, warps, stages, autotune) go together as one autotune config set, because they were measured
+  together (a larger tile alone lost on the held-out matmuls); skills whose VALID_WHEN fails are never
+  proposed and those whose PROFITABLE_WHEN fails go last.
+* ``MemoryPlanner`` (*memory*, the AdaExplore / ReasoningBank style): the trajectories of the lineages
+  nearest by embedding similarity of kernel and problem text only, replayed with the parameters the
+  trajectory recorded (the operators' defaults where those do not fit), and their failure rules; no
+  conditions, no anchors, no portable parameters.
+* ``FixedOrderPlanner`` (*none*): every operator in the registry's order with ``apply``'s defaults.
+
+A planner sees the history of attempts (``AgentState``) and re-plans after a failure: a move is never
+proposed twice, an operator whose candidate failed correctness is not proposed again, and a
+configuration set that failed to compile is retried once with its smaller half.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from klineage.agent.lineages import LineageStep, LineageSummary, load_lineages
+from klineage.agent.moves import Move, MoveStep, composite, single
+from klineage.agent.parameters import step_parameters
+from klineage.agent.problem import Problem
+from klineage.agent.state import AgentState
+from klineage.kb.search import NOT_APPLICABLE, SkillHit
+from klineage.kb.service import KnowledgeBase
+from klineage.transforms.facts import APPLICABLE, PRESENT, KernelFacts, kernel_facts
+from klineage.transforms.features import kernel_features
+from klineage.transforms.registry import operator_ids
+
+#: Operators whose values make one launch configuration: measured together, applied together.
+LAUNCH_CONFIG = ("tile-size", "num-warps", "pipelining", "autotune", "register-cap")
+#: Static features that say what kind of kernel it is (compared to find the nearest lineage).
+SHAPE_OF_KERNEL = ("has_dot", "has_k_loop", "row_reduction", "online_softmax", "elementwise", "causal_skip",
+                   "uses_mask", "single_pass_row", "multi_row")
+
+
+class Planner(Protocol):
+    """Proposes moves, best first, for the current state."""
+
+    name: str
+
+    def plan(self, state: AgentState) -> list[Move]:
+        """Moves to try, in order; the loop takes the first untried one that materializes."""
+        ...
+
+
+def _filter(state: AgentState, moves: Sequence[Move]) -> list[Move]:
+    tried, broken = state.tried(), state.broken_operators()
+    out, seen = [], set()
+    for move in moves:
+        key = move.key()
+        if key in tried or key in seen or set(move.operators) & broken:
+            continue
+        seen.add(key)
+        out.append(move)
+    return out
+
+
+def _smaller_configs(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The half of a config set with the smallest tiles × stages (what fits when the rest did not)."""
+    def size(c: dict[str, Any]) -> float:
+        tiles = math.prod(float(v) for k, v in c.items() if k.startswith("tile_") or k.startswith("block"))
+        return tiles * float(c.get("num_stages", 2))
+    ranked = sorted(configs, key=size)
+    return ranked[: max(1, len(ranked) // 2)]
+
+
+def _compile_retries(state: AgentState) -> list[Move]:
+    """A config-set move that failed to compile, offered once more with its smaller half."""
+    out = []
+    for a in state.attempts:
+        if a.failed_gate != "compile":
+            continue
+        for step in a.move.steps:
+            configs = step.params.get("configs")
+            if step.operator == "autotune" and configs and len(configs) > 1:
+                smaller = MoveStep("autotune", {**step.params, "configs": _smaller_configs(list(configs))})
+                steps = tuple(smaller if s is step else s for s in a.move.steps)
+                out.append(Move(f"{a.move.label} (smaller configs)", steps, a.move.origin, a.move.expected_gain,
+                                f"call {a.call} failed to compile ({a.reason[:80]}); the smaller half may fit"))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ klineage
+
+
+def kernel_similarity(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """Fraction of the kernel-kind features (``SHAPE_OF_KERNEL``) on which two kernels agree."""
+    keys = [k for k in SHAPE_OF_KERNEL if k in a or k in b]
+    if not keys:
+        return 0.0
+    return sum(bool(a.get(k)) == bool(b.get(k)) for k in keys) / len(keys)
+
+
+def nearest_lineages(problem: Problem, source: str, lineages: Sequence[LineageSummary]) -> list[LineageSummary]:
+    """Lineages ordered by closeness to the kernel: same family first, then agreement of the static
+    features that say what kind of kernel it is (dot / K loop / row reduction / online softmax ...)
+    between the kernel and each lineage's naive end."""
+    mine = kernel_features(source)
+
+    def score(lin: LineageSummary) -> tuple[float, float, str]:
+        family = 1.0 if lin.family == problem.family else 0.0
+        theirs = kernel_features(lin.naive_source) if lin.naive_source else {}
+        return (family + kernel_similarity(mine, theirs), len(lin.forward()), lin.workload)
+
+    return sorted(lineages, key=score, reverse=True)
+
+
+@dataclass
+class LineagePlanner:
+    """Plan along the nearest lineage with portable parameters (see the module docstring)."""
+
+    kb: KnowledgeBase
+    name: str = "klineage"
+    _lineages: list[LineageSummary] | None = None
+
+    def lineages(self) -> list[LineageSummary]:
+        """The knowledge base's measured lineages (read once)."""
+        if self._lineages is None:
+            self._lineages = load_lineages(self.kb)
+        return self._lineages
+
+    def hits(self, state: AgentState, facts: KernelFacts) -> dict[str, SkillHit]:
+        """The search hit of each operator's skill for this kernel and problem (the service function
+        GraphQL and MCP call)."""
+        hits = self.kb.search(text=state.problem.text(), context=state.problem.search_context(state.arch),
+                              limit=100, **facts.search_kwargs())
+        return {h.skill.operator: h for h in hits}
+
+    def plan(self, state: AgentState) -> list[Move]:
+        """Remaining lineage steps naive → expert, launch configuration first as one config set, then
+        other applicable skills by score; unprofitable-predicted moves last."""
+        facts = kernel_facts(state.source)
+        hits = self.hits(state, facts)
+        ranked = nearest_lineages(state.problem, state.source, self.lineages())
+        moves: list[Move] = []
+        demoted: list[Move] = []
+        for lineage in ranked[:2]:
+            forward = lineage.forward()
+            config_steps = [s for s in forward if s.operator in LAUNCH_CONFIG]
+            config = self._config_move(lineage, config_steps, facts, hits)
+            if config is not None:
+                moves.append(config)
+            for step in forward:
+                if step.operator in LAUNCH_CONFIG and config is not None:
+                    continue
+                move = self._step_move(lineage, step, facts, hits)
+                if move is None:
+                    continue
+                lost = move.expected_gain is not None and move.expected_gain < 1.0
+                (demoted if lost or self._unprofitable(hits.get(step.operator)) else moves).append(move)
+        in_lineage = {op for m in moves + demoted for op in m.operators}
+        for op, hit in sorted(hits.items(), key=lambda kv: -kv[1].score):
+            if op in in_lineage or hit.applicable == NOT_APPLICABLE or facts.state(op) != APPLICABLE:
+                continue
+            move = single(op, origin="search", expected_gain=hit.expected_gain,
+                          why=f"applicable skill outside the nearest lineage (score {hit.score:.3f})")
+            (demoted if self._unprofitable(hit) else moves).append(move)
+        demoted.sort(key=lambda m: -(m.expected_gain or 0.0))
+        return _filter(state, [*_compile_retries(state), *moves, *demoted])
+
+    @staticmethod
+    def _unprofitable(hit: SkillHit | None) -> bool:
+        return hit is not None and any(c.kind == "profitable" and c.value is False for c in hit.checks)
+
+    @staticmethod
+    def _blocked(op: str, facts: KernelFacts, hits: dict[str, SkillHit]) -> str | None:
+        """Why ``op`` cannot be proposed on this kernel (None when it can)."""
+        if facts.state(op) == PRESENT:
+            return "already present"
+        hit = hits.get(op)
+        if hit is not None and any(c.kind == "valid" and c.value is False for c in hit.checks):
+            return "VALID_WHEN fails"
+        return None
+
+    def _step_move(self, lineage: LineageSummary, step: LineageStep, facts: KernelFacts,
+                   hits: dict[str, SkillHit]) -> Move | None:
+        if self._blocked(step.operator, facts, hits) is not None:
+            return None
+        params = step_parameters(step)
+        if not params and facts.state(step.operator) != APPLICABLE:
+            return None
+        gain = step.gain
+        return single(step.operator, params, origin=f"lineage {lineage.workload} step {step.index}",
+                      expected_gain=gain,
+                      why=f"{lineage.workload}'s expert gained {gain:.2f}x from it" if gain else "lineage step")
+
+    def _config_move(self, lineage: LineageSummary, steps: list[LineageStep], facts: KernelFacts,
+                     hits: dict[str, SkillHit]) -> Move | None:
+        """The lineage's launch-configuration steps as one move: the expert's autotune config set in role
+        terms when it has one (one call tries them all), else its tiles / warps / stages together."""
+        usable = [s for s in steps if self._blocked(s.operator, facts, hits) is None]
+        if not usable:
+            return None
+        autotune = next((s for s in usable if s.operator == "autotune"), None)
+        gain = math.prod(s.gain for s in usable if s.gain) if any(s.gain for s in usable) else None
+        origin = f"lineage {lineage.workload} steps " + ",".join(str(s.index) for s in usable)
+        if autotune is not None:
+            params = step_parameters(autotune)
+            if params.get("configs"):
+                return composite("launch config set", [MoveStep("autotune", params)], origin=origin,
+                                 expected_gain=gain,
+                                 why=f"{lineage.workload}'s expert configurations ({len(params['configs'])}) "
+                                     "as one autotune set: tiles, warps and stages were measured together")
+        parts = [MoveStep(s.operator, step_parameters(s)) for s in usable if s.operator != "autotune"]
+        if len(parts) < 2:
+            return None
+        return composite("launch config", parts, origin=origin, expected_gain=gain,
+                         why="tiles, warps and stages together: each alone was measured only with the others")
+
+
+# -------------------------------------------------------------------------------------------- memory
+
+
+@dataclass
+class MemoryPlanner:
+    """Trajectories and failure rules by embedding similarity only (see the module docstring)."""
+
+    kb: KnowledgeBase
+    name: str = "memory"
+    _lineages: list[LineageSummary] | None = None
+
+    def ranked(self, state: AgentState) -> list[LineageSummary]:
+        """Lineages by cosine similarity of their text to the problem text and kernel summary."""
+        import numpy as np
+
+        from klineage.transforms.features import kernel_summary
+
+        if self._lineages is None:
+            self._lineages = load_lineages(self.kb)
+        lineages = self._lineages
+        if not lineages:
+            return []
+        query = np.asarray(self.kb.embedder.embed_query(f"{state.problem.text()} {kernel_summary(state.source)}"))
+        vectors = np.asarray(self.kb.embedder.embed([lin.text() for lin in lineages]))
+        scores = vectors @ query / (np.linalg.norm(vectors, axis=1) * np.linalg.norm(query) + 1e-12)
+        return [lineages[i] for i in np.argsort(-scores, kind="stable")]
+
+    def plan(self, state: AgentState) -> list[Move]:
+        """The two most similar trajectories' steps, naive → expert, minus their failure rules."""
+        from klineage.agent.moves import apply_step
+
+        ranked = self.ranked(state)[:2]
+        forbidden = {s.operator for lin in ranked for s in lin.failures()}
+        moves = []
+        for lin in ranked:
+            for step in lin.forward():
+                if step.operator in forbidden:
+                    continue
+                recorded = MoveStep(step.operator, dict(step.params))
+                use = recorded if apply_step(state.source, recorded) is not None else MoveStep(step.operator, {})
+                moves.append(Move(step.operator, (use,), f"memory: {lin.workload} step {step.index}", step.gain,
+                                  "recorded parameters" if use is recorded else "recorded parameters do not fit; "
+                                  "the operator's defaults"))
+        return _filter(state, [*_compile_retries(state), *moves])
+
+
+# ---------------------------------------------------------------------------------------------- none
+
+
+@dataclass
+class FixedOrderPlanner:
+    """Every operator in the registry's order with ``apply``'s defaults."""
+
+    name: str = "none"
+
+    def plan(self, state: AgentState) -> list[Move]:
+        """All operators, fixed order, default parameters."""
+        return _filter(state, [single(op, origin="fixed order") for op in operator_ids()])
+
+
+METHODS = ("klineage", "memory", "none")
+
+
+def make_planner(method: str, kb: KnowledgeBase | None) -> Planner:
+    """The planner of ``method`` (one of ``METHODS``); ValueError for an unknown method or a method
+    that needs a knowledge base when none is given."""
+    if method not in METHODS:
+        raise ValueError(f"method {method!r}: expected one of {', '.join(METHODS)}")
+    if method == "none":
+        return FixedOrderPlanner()
+    if kb is None:
+        raise ValueError(f"method {method!r} needs a knowledge base")
+    return LineagePlanner(kb) if method == "klineage" else MemoryPlanner(kb)

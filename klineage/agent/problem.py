@@ -1,0 +1,91 @@
+"""The problem an agent works on: a candidate kernel and the workload it must compute.
+
+A ``Problem`` holds the starting source, the workload manifest (family, description, shape grid,
+dtypes) and derives what retrieval needs: a problem text for embedding search and a search context
+(one representative shape of the grid in the condition language's feature names).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from klineage.kb.features import FeatureError, canonical_name
+from klineage.schema.errors import FormatError
+from klineage.schema.manifest import Shape, WorkloadManifest, load_manifest
+
+
+class ProblemError(ValueError):
+    """A kernel file or workload folder the agent cannot work on; says which and why."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A candidate source to optimize for one workload (``manifest``)."""
+
+    source: str
+    manifest: WorkloadManifest
+    kernel_path: Path | None = None
+
+    @property
+    def name(self) -> str:
+        """The workload's name."""
+        return self.manifest.name
+
+    @property
+    def family(self) -> str:
+        """The workload's family (gemm, row-reduction, attention, ...)."""
+        return self.manifest.family
+
+    def text(self) -> str:
+        """What the problem is, in words (for embedding search)."""
+        return f"optimize a {self.family} Triton kernel: {self.manifest.description}"
+
+    def representative_shape(self) -> Shape:
+        """The grid shape of median size (by the product of its integer dims): the shape search and
+        the planner reason about when one shape must stand for the grid."""
+        shapes = sorted(self.manifest.shapes, key=_size)
+        return shapes[len(shapes) // 2]
+
+    def search_context(self, arch: int | None = None) -> dict[str, Any]:
+        """The representative shape and first dtype as search-context features; dims whose names the
+        condition language does not know are left out (they would be refused), never renamed by guess."""
+        context: dict[str, Any] = {"dtype": self.manifest.dtypes[0]}
+        for dim, value in self.representative_shape().items():
+            try:
+                context[canonical_name(dim)] = value
+            except FeatureError:
+                continue
+        if arch is not None:
+            context["arch"] = arch
+        return context
+
+
+def _size(shape: Shape) -> float:
+    return math.prod(float(v) for v in shape.values() if isinstance(v, int) and not isinstance(v, bool))
+
+
+def load_problem(kernel: Path | str | None, workload_dir: Path | str) -> Problem:
+    """The problem for ``kernel`` (default: the manifest's own starting kernel) on the workload in
+    ``workload_dir``; ProblemError naming the file and what was expected."""
+    folder = Path(workload_dir)
+    if not folder.is_dir():
+        raise ProblemError(f"workload folder {str(folder)!r} does not exist")
+    try:
+        manifest = load_manifest(folder)
+    except FormatError as exc:
+        raise ProblemError(str(exc)) from exc
+    path = Path(kernel) if kernel is not None else manifest.kernel_path
+    if not path.is_file():
+        raise ProblemError(f"kernel file {str(path)!r} does not exist")
+    try:
+        source = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProblemError(f"kernel file {str(path)!r}: expected UTF-8 Python source") from exc
+    try:
+        compile(source, str(path), "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise ProblemError(f"kernel file {str(path)!r}: line {exc.lineno}: {exc.msg}") from exc
+    return Problem(source, manifest, path)
