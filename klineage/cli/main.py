@@ -15,9 +15,16 @@ app = typer.Typer(
 
 def _register_all() -> None:
     # Each command group lives in its own module and adds its commands to ``app``.
-    from klineage.cli import kb_commands, neo4j_commands, plot_commands, validate_commands, walk_commands
+    from klineage.cli import (
+        agent_commands,
+        kb_commands,
+        neo4j_commands,
+        plot_commands,
+        validate_commands,
+        walk_commands,
+    )
 
-    for module in (kb_commands, validate_commands, walk_commands, neo4j_commands, plot_commands):
+    for module in (kb_commands, validate_commands, walk_commands, neo4j_commands, plot_commands, agent_commands):
         module.register(app)
 
 

@@ -1,0 +1,132 @@
+"""``klineage optimize``: run the optimizing agent on a kernel, under the validator's gates.
+
+Exit codes: 0 when a kernel that passed every gate is returned (the start when nothing better passed),
+1 when not even the starting kernel passed, 2 on bad usage (missing file or folder, malformed manifest,
+unknown method, an empty knowledge base for a method that needs one). Progress goes to stderr;
+``--json`` prints only the report on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from klineage.agent import METHODS, AgentReport, ProblemError, load_problem, make_planner, optimize
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(2)
+
+
+def _validator(url: str | None, cache: Path | None, cpu: bool) -> Any:
+    from klineage.validator import HttpValidator, LocalValidator
+    from klineage.validator.cache import default_cache_path
+
+    if url:
+        return HttpValidator(url)
+    return LocalValidator(cache=cache or default_cache_path(), device="cpu" if cpu else "auto")
+
+
+def _print_report(report: AgentReport) -> None:
+    unit = "× vendor" if report.measured else "(not measured)"
+    table = Table(title=f"{report.problem} — method {report.method}: {report.calls_used} of {report.budget} calls, "
+                        f"{report.calls_wasted} wasted")
+    for col in ("call", "move", "operators", "from", "verdict", f"speedup {unit}", "kept"):
+        table.add_column(col)
+    start = report.start
+    table.add_row("0", "start", "", "", start.verdict, _fmt(start.speedup), "")
+    for a in report.trajectory:
+        verdict = a.verdict if a.verdict == "pass" else f"fail ({a.failed_gate})"
+        table.add_row(str(a.call), a.move.label, "+".join(s.operator for s in a.applied), a.move.origin, verdict,
+                      _fmt(a.speedup), "yes" if a.accepted else "")
+    out.print(table)
+    best = report.best
+    if best is None:
+        out.print("[bold red]No kernel passed every gate (not even the start).[/]")
+    elif report.measured:
+        out.print(f"best: {_fmt(best.speedup)}× vendor (start {_fmt(start.speedup)}×), kernel {best.kernel_sha[:16]}")
+    else:
+        out.print(f"best: kernel {best.kernel_sha[:16]} passed the checking gates; no performance was measured "
+                  "(no GPU): moves were ranked by the knowledge base's expected gain")
+    for note in report.notes:
+        out.print(f"note: {note}")
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def optimize_command(
+    kernel: Annotated[Path, typer.Argument(help="Candidate module to optimize (defines run(*inputs)), e.g. "
+                                                "heldout/bmm/naive.py.")],
+    workload: Annotated[Path, typer.Option("--workload", "-w", help="Workload folder: manifest.toml, "
+                                                                     "reference.py (e.g. heldout/bmm).")],
+    budget: Annotated[int, typer.Option(min=0, max=100, help="Validator calls to spend on candidates (the start's "
+                                                             "validation is not counted).")] = 10,
+    method: Annotated[str, typer.Option(help="klineage (plan along lineages), memory (trajectories by "
+                                             "embedding similarity only) or none (operators in a fixed order).")]
+        = "klineage",
+    validator: Annotated[str | None, typer.Option(help="Validator service URL (default: validate locally).")] = None,
+    cache: Annotated[Path | None, typer.Option(help="Local validator's result cache (SQLite).")] = None,
+    cpu: Annotated[bool, typer.Option("--cpu", help="Interpreter mode even when a GPU is present.")] = False,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the best kernel here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the report (JSON) on stdout.")] = False,
+    no_record: Annotated[bool, typer.Option("--no-record", help="Do not record the attempts as Applications in "
+                                                                "the knowledge base.")] = False,
+) -> None:
+    """Optimize KERNEL for a workload: plan moves from the knowledge base, validate each candidate with
+    every gate, keep the best that passes.
+
+    Without a GPU the gates run under the Triton interpreter and no performance is measured: the report
+    says so on every line, and moves are ranked by the knowledge base's expected gain.
+    """
+    if method not in METHODS:
+        raise _fail(f"--method {method!r}: expected one of {', '.join(METHODS)}")
+    try:
+        problem = load_problem(kernel, workload)
+    except ProblemError as exc:
+        raise _fail(str(exc)) from exc
+    kb = None
+    if method != "none" or not no_record:
+        from klineage.kb.service import KnowledgeBase
+        from klineage.kb.settings import open_store
+
+        kb = KnowledgeBase(open_store())
+        if method != "none" and not kb.lineages():
+            raise _fail("the knowledge base holds no lineage: build it first (`klineage ingest lineages/` or "
+                        "`make demo`), or choose --method none")
+    planner = make_planner(method, kb)
+    from klineage.validator import ValidationRequestError, ValidatorUnavailable
+
+    try:
+        report = optimize(problem, planner, _validator(validator, cache, cpu), budget=budget,
+                          kb=None if no_record else kb, progress=lambda line: err.print(line, highlight=False))
+    except ValidationRequestError as exc:
+        raise _fail(str(exc)) from exc
+    except ValidatorUnavailable as exc:
+        err.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(3) from exc
+    if output is not None and report.best_source is not None:
+        output.write_text(report.best_source, encoding="utf-8")
+        err.print(f"wrote {output}")
+    if as_json:
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+    else:
+        _print_report(report)
+    if report.best is None:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``optimize`` to the ``klineage`` app."""
+    app.command("optimize")(optimize_command)
