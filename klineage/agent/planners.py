@@ -135,8 +135,10 @@ class LineagePlanner:
     def hits(self, state: AgentState, facts: KernelFacts) -> dict[str, SkillHit]:
         """The search hit of each operator's skill for this kernel and problem (the service function
         GraphQL and MCP call)."""
+        # The kernel's features and anchors, not its summary: the text query is the problem's own, so one
+        # embedding per problem serves every re-plan.
         hits = self.kb.search(text=state.problem.text(), context=state.problem.search_context(state.arch),
-                              limit=100, **facts.search_kwargs())
+                              kernel_features=facts.features, operator_anchors=facts.operator_anchors, limit=100)
         return {h.skill.operator: h for h in hits}
 
     def plan(self, state: AgentState) -> list[Move]:
@@ -224,6 +226,14 @@ class LineagePlanner:
 # -------------------------------------------------------------------------------------------- memory
 
 
+def memory_query(problem: Problem) -> str:
+    """What the memory baseline embeds: the problem text and the starting kernel's summary (retrieval
+    happens once per problem, as a trajectory memory is consulted once per task)."""
+    from klineage.transforms.features import kernel_summary
+
+    return f"{problem.text()} {kernel_summary(problem.source)}"
+
+
 @dataclass
 class MemoryPlanner:
     """Trajectories and failure rules by embedding similarity only (see the module docstring)."""
@@ -236,14 +246,12 @@ class MemoryPlanner:
         """Lineages by cosine similarity of their text to the problem text and kernel summary."""
         import numpy as np
 
-        from klineage.transforms.features import kernel_summary
-
         if self._lineages is None:
             self._lineages = load_lineages(self.kb)
         lineages = self._lineages
         if not lineages:
             return []
-        query = np.asarray(self.kb.embedder.embed_query(f"{state.problem.text()} {kernel_summary(state.source)}"))
+        query = np.asarray(self.kb.embedder.embed_query(memory_query(state.problem)))
         vectors = np.asarray(self.kb.embedder.embed([lin.text() for lin in lineages]))
         scores = vectors @ query / (np.linalg.norm(vectors, axis=1) * np.linalg.norm(query) + 1e-12)
         return [lineages[i] for i in np.argsort(-scores, kind="stable")]

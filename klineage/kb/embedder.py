@@ -7,11 +7,13 @@ first ``embed`` call) and shared by every ``Embedder`` in the process.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -140,3 +142,42 @@ class Embedder:
         if found is None:  # evicted at once (cache_size 0): compute without caching
             return tuple(float(x) for x in self._encode([key])[0])
         return found
+
+
+class FrozenEmbedder:
+    """Embeddings computed ahead of time, for a machine without the model (e.g. a GPU image that runs the
+    agent's evaluation): a table of text → vector written by ``freeze_embeddings``. A text the table
+    does not hold raises EmbedderError naming it — a frozen embedder never invents a vector."""
+
+    dim = EMBEDDING_DIM
+
+    def __init__(self, table: Mapping[str, Sequence[float]]) -> None:
+        self._table = {str(k): tuple(float(x) for x in v) for k, v in table.items()}
+
+    def __repr__(self) -> str:
+        return f"FrozenEmbedder({len(self._table)} texts)"
+
+    @classmethod
+    def load(cls, path: Path | str) -> FrozenEmbedder:
+        """Read a table written by ``freeze_embeddings``."""
+        return cls(json.loads(Path(path).read_text(encoding="utf-8")))
+
+    def embed_query(self, text: str) -> tuple[float, ...]:
+        """The stored vector of ``text``; EmbedderError when it was not frozen."""
+        found = self._table.get(str(text))
+        if found is None:
+            raise EmbedderError(f"no frozen embedding for {str(text)[:80]!r}: freeze it with the model first")
+        return found
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """The stored vectors of ``texts`` as an ``(n, 384)`` array."""
+        return np.asarray([self.embed_query(t) for t in texts], dtype=np.float32).reshape(len(texts), self.dim)
+
+
+def freeze_embeddings(embedder: Embedder, texts: Sequence[str], path: Path | str) -> int:
+    """Embed ``texts`` with the model and write the table ``FrozenEmbedder.load`` reads; returns its size."""
+    unique = list(dict.fromkeys(str(t) for t in texts))
+    vectors = embedder.embed(unique)
+    table = {t: [float(x) for x in v] for t, v in zip(unique, vectors, strict=True)}
+    Path(path).write_text(json.dumps(table), encoding="utf-8")
+    return len(table)
