@@ -1,0 +1,300 @@
+"""The agent's evaluation: every held-out instance × method under one budget of validator calls.
+
+Three steps, so that the GPU run needs neither the embedding model nor an ingest:
+
+    python bench/evaluate_agent.py prepare --out .eval            # CPU: KB from lineages/, frozen embeddings
+    python bench/evaluate_agent.py run --prepared .eval --budget-s 540   # GPU (one device call): resumable
+    python bench/evaluate_agent.py table                          # anywhere: the table and the plots
+
+``run`` validates through ``LocalValidator`` with a SQLite result cache (``--cache``, committed): a second
+call replays every gate result the first one measured (the agent is deterministic given the results)
+and goes on where it stopped. Finished runs are rows of ``--results`` (JSON lines, with GPU, versions,
+date and kernel hashes); a run cut short by the time budget writes no row. Every method gets the same
+loop, materializer, gates and budget (``klineage.agent``). The starting kernel's validation is not
+counted in the budget (it is the same for every method).
+
+The table: per instance, the best speedup over the vendor of each method (a method that returned no
+passing kernel counts as the starting kernel's own speedup), geometric mean clamped to [0, 10], calls
+to reach 95 % of the final speedup, calls wasted on gate failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from klineage.agent import METHODS, load_problem, make_planner, optimize  # noqa: E402
+from klineage.agent.lineages import load_lineages  # noqa: E402
+from klineage.agent.planners import memory_query  # noqa: E402
+from klineage.kb.embedded_store import EmbeddedStore  # noqa: E402
+from klineage.kb.embedder import FrozenEmbedder  # noqa: E402
+from klineage.kb.service import KnowledgeBase  # noqa: E402
+
+HELDOUT = ROOT / "heldout"
+RESULTS = ROOT / "bench" / "results" / "agent-h200.jsonl"
+CACHE = ROOT / "bench" / "results" / "agent-h200-cache.sqlite"
+PLOTS = ROOT / "docs" / "plots"
+CLAMP = (0.0, 10.0)
+
+
+class OutOfTime(RuntimeError):
+    """The time budget ended before the next validator call."""
+
+
+class DeadlineValidator:
+    """A validator that refuses to start a call after ``deadline`` (time.monotonic()): a run cut there is
+    abandoned, and its finished calls stay in the result cache for the next device call."""
+
+    def __init__(self, inner: Any, deadline: float) -> None:
+        self.inner = inner
+        self.deadline = deadline
+
+    def validate(self, *args: Any, **kwargs: Any) -> Any:
+        """Validate through the inner validator unless the time is up."""
+        if time.monotonic() > self.deadline:
+            raise OutOfTime("time budget spent")
+        return self.inner.validate(*args, **kwargs)
+
+
+def instances(names: str | None) -> list[Path]:
+    """Held-out workload folders (all, or the comma-separated ``names``)."""
+    found = sorted(p for p in HELDOUT.iterdir() if (p / "manifest.toml").is_file())
+    if names:
+        wanted = names.split(",")
+        missing = sorted(set(wanted) - {p.name for p in found})
+        if missing:
+            raise SystemExit(f"unknown held-out instance(s): {', '.join(missing)}")
+        found = [p for p in found if p.name in wanted]
+    return found
+
+
+def agent_version() -> str:
+    """A hash of the agent's and operators' source: a result row is reused only by the same code."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for folder in ("klineage/agent", "klineage/transforms"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def spread(shapes: tuple[Any, ...], n: int | None) -> list[dict[str, Any]] | None:
+    """``n`` shapes of the grid spread over its sizes (smallest to largest); None = the whole grid."""
+    if n is None or n >= len(shapes):
+        return None
+    ranked = sorted(shapes, key=lambda s: math.prod(v for v in s.values() if not isinstance(v, bool)))
+    picks = sorted({round(i * (len(ranked) - 1) / max(1, n - 1)) for i in range(n)})
+    return [dict(ranked[i]) for i in picks]
+
+
+# ---------------------------------------------------------------------------------------------- prepare
+
+
+def prepare(args: argparse.Namespace) -> int:
+    """Build the knowledge base from the committed lineages and freeze every embedding the run needs."""
+    from klineage.ingest.pipeline import ingest_lineages
+    from klineage.kb.embedder import Embedder, freeze_embeddings
+    from klineage.schema.lineage_document import load_lineage_document
+
+    out: Path = args.out
+    (out / "kb").mkdir(parents=True, exist_ok=True)
+    embedder = Embedder()
+    kb = KnowledgeBase(EmbeddedStore(out / "kb"), embedder)
+    docs = [load_lineage_document(p) for p in sorted((ROOT / "lineages").glob("*.lineage.json"))]
+    ingest_lineages(kb, docs)
+    texts = [lin.text() for lin in load_lineages(kb)]
+    for folder in instances(None):
+        problem = load_problem(None, folder)
+        texts += [problem.text(), memory_query(problem)]
+    n = freeze_embeddings(embedder, texts, out / "embeddings.json")
+    print(f"prepared {out}: knowledge base from {len(docs)} lineages, {n} frozen embeddings")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- run
+
+
+def _done(results: Path) -> set[tuple[str, str, int, str]]:
+    if not results.is_file():
+        return set()
+    rows = [json.loads(line) for line in results.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {(r["instance"], r["method"], r["budget"], json.dumps(r["options"], sort_keys=True)) for r in rows}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run every instance × method not yet in the results, within the time budget."""
+    from klineage.validator import LocalValidator
+
+    started = time.monotonic()
+    deadline = started + args.budget_s
+    kb = KnowledgeBase(EmbeddedStore(args.prepared / "kb"), FrozenEmbedder.load(args.prepared / "embeddings.json"))
+    timing = {"rep_ms": args.rep_ms}
+    local = LocalValidator(cache=args.cache, device="cpu" if args.cpu else "auto", timing=timing)
+    info = local.device_info()
+    validator = DeadlineValidator(local, deadline)
+    options = {"rep_ms": args.rep_ms, "max_shapes": args.max_shapes, "device": "cuda" if info.cuda else "cpu",
+               "agent": agent_version()}
+    done = _done(args.results)
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    methods = args.methods.split(",")
+    for folder in instances(args.instances):
+        for method in methods:
+            key = (folder.name, method, args.budget, json.dumps(options, sort_keys=True))
+            if key in done:
+                continue
+            problem = load_problem(None, folder)
+            shapes = spread(problem.manifest.shapes if info.cuda else problem.manifest.cpu_shapes, args.max_shapes)
+            t0 = time.monotonic()
+            print(f"== {folder.name} × {method} ({time.monotonic() - started:.0f} s in)", flush=True)
+            try:
+                report = optimize(problem, make_planner(method, kb), validator, budget=args.budget, shapes=shapes,
+                                  kb=kb if method == "klineage" else None, arch=90 if info.cuda else None,
+                                  progress=lambda line: print(f"   {line}", flush=True))
+            except OutOfTime:
+                print(f"   time budget spent: {folder.name} × {method} resumes from the cache next call", flush=True)
+                return 0
+            row = {"instance": folder.name, "family": problem.family, "method": method, "budget": args.budget,
+                   "options": options, "shapes": shapes, "gpu": info.gpu, "versions": info.versions,
+                   "date": datetime.now(UTC).isoformat(timespec="seconds"), "wall_s": round(time.monotonic() - t0, 1),
+                   **{k: v for k, v in report.to_dict().items() if k != "best_source"}}
+            with args.results.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+            best = report.best.speedup if report.best else None
+            print(f"   -> {folder.name} × {method}: best {best}, calls {report.calls_used}, "
+                  f"wasted {report.calls_wasted}, {row['wall_s']} s", flush=True)
+    print(f"all runs done in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- table
+
+
+def final_speedup(row: dict[str, Any]) -> float | None:
+    """The run's answer: its best passing kernel's speedup, else the starting kernel's (clamped)."""
+    value = (row.get("best") or {}).get("speedup")
+    if value is None:
+        value = (row.get("start") or {}).get("speedup")
+    return None if value is None else min(max(float(value), CLAMP[0]), CLAMP[1])
+
+
+def table(args: argparse.Namespace) -> int:
+    """Print the per-instance table and the summary by method; write the plots."""
+    rows = [json.loads(line) for line in args.results.read_text(encoding="utf-8").splitlines() if line.strip()]
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in rows:
+        latest[(r["instance"], r["method"])] = r
+    names = sorted({k[0] for k in latest})
+    methods = [m for m in METHODS if any(k[1] == m for k in latest)]
+    print("| instance | family | start | " + " | ".join(methods) + " |")
+    print("|---|---|---|" + "---|" * len(methods))
+    for name in names:
+        any_row = next(latest[(name, m)] for m in methods if (name, m) in latest)
+        start = (any_row.get("start") or {}).get("speedup")
+        cells = []
+        for m in methods:
+            r = latest.get((name, m))
+            v = final_speedup(r) if r else None
+            cells.append("—" if v is None else f"{v:.2f}")
+        first = "—" if start is None else f"{start:.2f}"
+        print(f"| {name} | {any_row['family']} | {first} | " + " | ".join(cells) + " |")
+    print()
+    print("| method | instances | geomean × vendor | calls to 95 % (median) | wasted calls | incorrect returned |")
+    print("|---|---|---|---|---|---|")
+    for m in methods:
+        mine = [latest[(n, m)] for n in names if (n, m) in latest]
+        finals = [v for v in (final_speedup(r) for r in mine) if v is not None and v > 0]
+        gm = statistics.geometric_mean(finals) if finals else float("nan")
+        to95 = [r["calls_to_95pct"] for r in mine if r.get("calls_to_95pct") is not None]
+        used = sum(r["calls_used"] for r in mine)
+        wasted = sum(r["calls_wasted"] for r in mine)
+        print(f"| {m} | {len(mine)} | {gm:.3f} | {statistics.median(to95) if to95 else '—'} | "
+              f"{wasted}/{used} ({100 * wasted / max(1, used):.0f} %) | 0 (the loop returns only kernels that "
+              "passed every gate) |")
+    if not args.no_plots:
+        _plots(latest, names, methods)
+    return 0
+
+
+def _plots(latest: dict[tuple[str, str], dict[str, Any]], names: list[str], methods: list[str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    PLOTS.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(max(8, 0.6 * len(names) * len(methods)), 4.5))
+    width = 0.8 / max(1, len(methods))
+    for j, m in enumerate(methods):
+        values = [final_speedup(latest[(n, m)]) or 0.0 if (n, m) in latest else 0.0 for n in names]
+        ax.bar([i + j * width for i in range(len(names))], values, width, label=m)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xticks([i + width * (len(methods) - 1) / 2 for i in range(len(names))], names, rotation=60, ha="right")
+    ax.set_ylabel("speedup over vendor (best kernel)")
+    ax.set_title("Agent on held-out kernels (H200, same budget, same gates)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(PLOTS / "agent-by-instance.png", dpi=120)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for m in methods:
+        curves = []
+        for n in names:
+            r = latest.get((n, m))
+            if r is None or not r.get("best_so_far"):
+                continue
+            start = r["best_so_far"][0]
+            curve = [v if v is not None else start for v in r["best_so_far"]]
+            if not start:
+                continue
+            curve += [curve[-1]] * (r["budget"] + 1 - len(curve))
+            curves.append([v / start for v in curve])
+        if curves:
+            gm = [statistics.geometric_mean([c[i] for c in curves]) for i in range(len(curves[0]))]
+            ax.plot(range(len(gm)), gm, marker="o", label=f"{m} ({len(curves)} instances)")
+    ax.set_xlabel("validator calls")
+    ax.set_ylabel("best so far / start (geomean)")
+    ax.set_title("Best-so-far by call number")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(PLOTS / "agent-best-so-far.png", dpi=120)
+    plt.close(fig)
+    print(f"wrote {PLOTS / 'agent-by-instance.png'} and {PLOTS / 'agent-best-so-far.png'}")
+
+
+def main() -> int:
+    """Parse the command line and run one step."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="step", required=True)
+    p = sub.add_parser("prepare", help="CPU: knowledge base and frozen embeddings")
+    p.add_argument("--out", type=Path, default=Path(".eval"))
+    r = sub.add_parser("run", help="every instance × method within the time budget (resumable)")
+    r.add_argument("--prepared", type=Path, default=Path(".eval"))
+    r.add_argument("--cache", type=Path, default=CACHE)
+    r.add_argument("--results", type=Path, default=RESULTS)
+    r.add_argument("--methods", default=",".join(METHODS))
+    r.add_argument("--instances", default=None, help="comma-separated held-out names (default: all)")
+    r.add_argument("--budget", type=int, default=10, help="validator calls per run")
+    r.add_argument("--budget-s", type=float, default=540.0, help="wall time for this call")
+    r.add_argument("--rep-ms", type=float, default=25.0, help="timed milliseconds per case")
+    r.add_argument("--max-shapes", type=int, default=None, help="shapes of each grid (spread by size)")
+    r.add_argument("--cpu", action="store_true", help="interpreter mode (correctness only, nothing timed)")
+    t = sub.add_parser("table", help="the table and the plots from the results")
+    t.add_argument("--results", type=Path, default=RESULTS)
+    t.add_argument("--no-plots", action="store_true")
+    args = parser.parse_args()
+    return {"prepare": prepare, "run": run, "table": table}[args.step](args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
