@@ -20,7 +20,7 @@ from rich.table import Table
 from klineage.agent import METHODS, AgentReport, ProblemError, load_problem, make_planner, optimize
 
 out = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 def _fail(message: str) -> typer.Exit:

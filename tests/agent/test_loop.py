@@ -1,0 +1,154 @@
+"""The loop's contract: the budget, never a failed kernel returned, re-planning after a failure.
+
+The validator here is scripted (a verdict and a speedup per candidate, decided by what the candidate's
+source contains): these tests pin the loop's bookkeeping, not the gates, which have their own tests;
+the end-to-end test at the bottom runs the real validator under the interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from klineage.agent import load_problem, optimize
+from klineage.agent.moves import Move, single
+from klineage.agent.state import AgentState
+from klineage.schema.gate_result import GATES, GateOutcome, GateResult
+from klineage.schema.ids import kernel_sha
+
+ROOT = Path(__file__).resolve().parents[2]
+Rule = Callable[[str], tuple[str | None, float]]  # source -> (failing gate or None, speedup)
+
+
+@dataclass
+class ScriptedValidator:
+    """Answers like the validator: every gate passes unless ``rule`` names a failing one."""
+
+    rule: Rule
+    calls: list[str] = field(default_factory=list)
+
+    def validate(self, source: str, workload: Any, gates: Any = GATES, shapes: Any = None) -> GateResult:
+        self.calls.append(source)
+        failing, speedup = self.rule(source)
+        outcomes, failed = [], False
+        for gate in GATES:
+            if failed:
+                outcomes.append(GateOutcome(gate, "skipped", "earlier gate failed"))
+            elif gate == failing:
+                outcomes.append(GateOutcome(gate, "fail", f"{gate} failed (scripted)"))
+                failed = True
+            elif gate == "performance":
+                rows = [{"shape": {"M": 64}, "dtype": "bf16", "speedup": speedup, "candidate": {"median_ms": 1.0}}]
+                outcomes.append(GateOutcome(gate, "pass", "timed", {"geomean_speedup": speedup, "rows": rows}))
+            else:
+                outcomes.append(GateOutcome(gate, "pass", "ok"))
+        return GateResult(kernel_sha(source), "scripted", {}, tuple(outcomes), "rmsnorm", "2026-12-04")
+
+
+@dataclass
+class ListPlanner:
+    """Proposes the given moves in order (minus those tried), like the real planners' filtering."""
+
+    moves: list[Move]
+    name: str = "list"
+    seen_failures: list[str] = field(default_factory=list)
+
+    def plan(self, state: AgentState) -> list[Move]:
+        self.seen_failures = [a.failed_gate for a in state.attempts if a.failed_gate]
+        broken = state.broken_operators()
+        return [m for m in self.moves if m.key() not in state.tried() and not set(m.operators) & broken]
+
+
+def _problem() -> Any:
+    return load_problem(None, ROOT / "heldout" / "rmsnorm")
+
+
+def _speed(source: str) -> tuple[str | None, float]:
+    if "eviction_policy" in source:
+        return "correctness", 0.0
+    return None, 1.0 + 0.2 * source.count("num_warps") + 0.1 * source.count("int64")
+
+
+MOVES = [single("eviction-hints"), single("num-warps", {"num_warps": 8}), single("int64-offsets"),
+         single("num-warps", {"num_warps": 16})]
+
+
+def test_the_loop_keeps_the_best_passing_kernel_and_never_a_failed_one() -> None:
+    validator = ScriptedValidator(_speed)
+    planner = ListPlanner(list(MOVES))
+    report = optimize(_problem(), planner, validator, budget=10)
+    assert report.calls_used == len(validator.calls) - 1  # the start is validated outside the budget
+    failed = [a for a in report.trajectory if a.verdict != "pass"]
+    assert [a.failed_gate for a in failed] == ["correctness"]
+    assert report.calls_wasted == 1
+    assert report.best is not None and report.best.verdict == "pass"
+    assert "eviction_policy" not in report.best_source
+    assert report.best.speedup == max(a.speedup for a in report.trajectory if a.verdict == "pass")
+    assert report.best_so_far()[0] == report.start.speedup
+    assert report.best_so_far()[-1] == report.best.speedup
+    # the failure went back to the planner, and the reverted kernel was the next move's base
+    assert "correctness" in planner.seen_failures
+    assert all("eviction_policy" not in s for s in validator.calls[2:])
+
+
+def test_the_budget_is_never_exceeded() -> None:
+    validator = ScriptedValidator(_speed)
+    report = optimize(_problem(), ListPlanner(list(MOVES)), validator, budget=2)
+    assert report.calls_used == 2 and len(validator.calls) == 3
+    none = optimize(_problem(), ListPlanner(list(MOVES)), ScriptedValidator(_speed), budget=0)
+    assert none.calls_used == 0 and none.best_source == _problem().source
+    with pytest.raises(ValueError, match="budget"):
+        optimize(_problem(), ListPlanner([]), ScriptedValidator(_speed), budget=-1)
+
+
+def test_a_failed_start_is_never_returned() -> None:
+    always_wrong = ScriptedValidator(lambda source: ("correctness", 0.0))
+    report = optimize(_problem(), ListPlanner(list(MOVES)), always_wrong, budget=3)
+    assert report.best is None and report.best_source is None
+    assert report.calls_wasted == report.calls_used == 3
+
+
+def test_a_move_that_changes_nothing_costs_no_call() -> None:
+    validator = ScriptedValidator(_speed)
+    nothing = single("causal-skip")  # an attention move: no place for it in an RMSNorm kernel
+    report = optimize(_problem(), ListPlanner([nothing, *MOVES[1:2]]), validator, budget=5)
+    assert [a.move.label for a in report.trajectory] == ["num-warps"]
+    assert len(validator.calls) == 2
+
+
+@pytest.mark.real("embedder")
+def test_klineage_optimize_runs_end_to_end_on_cpu(kb_dir: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from klineage.cli.main import app
+    from klineage.validator import LocalValidator
+
+    monkeypatch.setenv("KLINEAGE_DATA_DIR", str(kb_dir))
+    best = tmp_path / "best.py"
+    result = CliRunner().invoke(app, ["optimize", str(ROOT / "heldout/rmsnorm/naive.py"), "-w",
+                                      str(ROOT / "heldout/rmsnorm"), "--budget", "2", "--cpu", "--json",
+                                      "--no-record", "--cache", str(tmp_path / "cache.sqlite"), "-o", str(best)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["measured"] is False and report["calls_used"] >= 1
+    assert all(a["speedup"] is None for a in report["trajectory"])
+    assert report["best"]["verdict"] == "pass"
+    again = LocalValidator(device="cpu", seeds=1).validate(best.read_text(), ROOT / "heldout/rmsnorm",
+                                                             gates=("static", "compile", "correctness"))
+    assert again.verdict == "pass" and again.kernel_sha == report["best"]["kernel_sha"]
+
+
+def test_klineage_optimize_says_what_is_wrong(tmp_path: Path) -> None:
+    from klineage.cli.main import app
+
+    runner = CliRunner()
+    missing = runner.invoke(app, ["optimize", str(tmp_path / "nope.py"), "-w", str(ROOT / "heldout/rmsnorm")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+    method = runner.invoke(app, ["optimize", str(ROOT / "heldout/rmsnorm/naive.py"), "-w",
+                                 str(ROOT / "heldout/rmsnorm"), "--method", "magic"])
+    assert method.exit_code == 2 and "expected one of" in method.output

@@ -1,0 +1,77 @@
+"""Planning on the real lineages: nearest lineage, entry point, launch configuration as one move."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from klineage.agent import load_problem, make_planner
+from klineage.agent.lineages import load_lineages
+from klineage.agent.planners import LAUNCH_CONFIG, LineagePlanner, nearest_lineages
+from klineage.agent.state import AgentState
+from klineage.kb.service import KnowledgeBase
+from klineage.transforms.registry import get_operator
+
+ROOT = Path(__file__).resolve().parents[2]
+ROW_ONLY = {"single-pass-row", "multi-row", "online-softmax", "row-persistent"}
+DOT_ONLY = {"tile-size", "grouped-order", "dot-accumulate", "persistent", "causal-skip"}
+
+pytestmark = pytest.mark.real("embedder")
+
+
+def _plan(kb: KnowledgeBase, name: str, source: str | None = None) -> list:
+    problem = load_problem(None, ROOT / "heldout" / name)
+    return LineagePlanner(kb).plan(AgentState(problem, source or problem.source))
+
+
+def test_every_measured_lineage_reads_forward_from_naive_to_expert(kb: KnowledgeBase) -> None:
+    lineages = {lin.workload: lin for lin in load_lineages(kb)}
+    assert set(lineages) == {"gemm", "attention", "softmax", "layernorm", "cross_entropy"}
+    for lin in lineages.values():
+        forward = lin.forward()
+        assert forward and all(s.accepted for s in forward)
+        assert [s.index for s in forward] == sorted((s.index for s in forward), reverse=True)
+        assert lin.naive_source and all(s.expert_source and s.simplified_source for s in forward)
+
+
+@pytest.mark.parametrize(("name", "family"), [("bmm", "gemm"), ("rmsnorm", "row-reduction"),
+                                              ("alibi_attention", "attention")])
+def test_the_nearest_lineage_is_of_the_kernels_family(kb: KnowledgeBase, name: str, family: str) -> None:
+    problem = load_problem(None, ROOT / "heldout" / name)
+    nearest = nearest_lineages(problem, problem.source, load_lineages(kb))
+    assert nearest[0].family == family
+
+
+def test_a_matmul_gets_its_launch_configuration_as_one_move_first(kb: KnowledgeBase) -> None:
+    moves = _plan(kb, "bmm")
+    assert moves, "no move for a naive batched matmul"
+    first = moves[0]
+    assert set(first.operators) <= set(LAUNCH_CONFIG) and "gemm" in first.origin
+    assert len(first.steps) >= 2 or first.operators == ("autotune",)
+    planned = {op for m in moves for op in m.operators}
+    assert not planned & ROW_ONLY, planned
+
+
+def test_a_row_kernel_gets_no_matmul_skill(kb: KnowledgeBase) -> None:
+    planned = {op for m in _plan(kb, "rmsnorm") for op in m.operators}
+    assert planned and not planned & DOT_ONLY, planned
+
+
+def test_the_plan_starts_where_the_kernel_already_is(kb: KnowledgeBase) -> None:
+    problem = load_problem(None, ROOT / "heldout" / "rmsnorm")
+    before = {op for m in _plan(kb, "rmsnorm") for op in m.operators}
+    assert "num-warps" in before
+    with_warps = get_operator("num-warps").apply(problem.source, num_warps=8)
+    assert with_warps is not None
+    after = {op for m in _plan(kb, "rmsnorm", with_warps.source) for op in m.operators}
+    assert "num-warps" not in after
+
+
+def test_every_method_has_a_planner(kb: KnowledgeBase) -> None:
+    for method in ("klineage", "memory", "none"):
+        assert make_planner(method, kb).name == method
+    with pytest.raises(ValueError, match="expected one of"):
+        make_planner("random", kb)
+    with pytest.raises(ValueError, match="needs a knowledge base"):
+        make_planner("memory", None)
