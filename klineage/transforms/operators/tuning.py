@@ -956,6 +956,25 @@ class NumWarps(Operator):
             return None
         return self._rewrite(source, apply_edits(source, edits), {"sites": sites}, "simplify")
 
+    def _set(self, m: Module, source: str, name: str, value: int, params: dict[str, Any]) -> Rewrite | None:
+        """Set keyword ``name`` to ``value`` on every autotune config (or, for a kernel without
+        autotune, every launch) of each launched kernel: replace a different literal, add it where
+        absent, leave a computed value alone."""
+        edits: list[Edit] = []
+        for k in m.launched:
+            calls = autotune_configs(k.autotune, m.al, m.src.tree) if k.autotune is not None else [
+                la.call for la in m.launches_of(k) if la.helper is None
+            ]
+            for call in calls:
+                v = kwarg(call, name)
+                if v is None:
+                    edits.append(add_keyword(m.src, call, f"{name}={value}"))
+                elif int_const(v) is not None and int_const(v) != value:
+                    edits.append(Edit(*m.src.span(v), str(value)))
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, _merge_appends(edits)), params, "apply")
+
     def _restore_keywords(
         self, m: Module, source: str, name: str, sites: Any, params: dict[str, Any]
     ) -> Rewrite | None:
@@ -1017,16 +1036,28 @@ class NumWarps(Operator):
         return f"max(4, min({hi}, {prod} // {div}))"
 
     def apply(
-        self, source: str, num_warps: int | None = None, sites: list[dict[str, Any]] | None = None, **params: Any
+        self,
+        source: str,
+        num_warps: int | None = None,
+        sites: list[dict[str, Any]] | None = None,
+        warps: int | None = None,
+        **params: Any,
     ) -> Rewrite | None:
         """Add ``num_warps`` (given, or computed from the tile) to launches that have none; with the
-        ``sites`` simplify recorded, put back exactly the expert's num_warps on each launch / config."""
+        ``sites`` simplify recorded, put back exactly the expert's num_warps on each launch / config.
+        ``warps`` (the portable form) *sets* the warps of every launched kernel to that value: added
+        where absent, replaced where a literal differs (a computed value is left alone)."""
         check_params(self.id, params, ())
+        if warps is not None and (not isinstance(warps, int) or isinstance(warps, bool) or warps < 1
+                                  or warps & (warps - 1)):
+            raise ValueError(f"num-warps.apply: warps must be a power of two >= 1, got {warps!r}")
         m = parse(source)
         if m is None:
             return None
         if require_list(self.id, "sites", sites) is not None:
             return self._restore_keywords(m, source, "num_warps", sites, {"sites": sites})
+        if warps is not None:
+            return self._set(m, source, "num_warps", warps, {"warps": warps})
         with_sites = {k.name for k, _, _ in self._sites(m)}
         edits = []
         for k in m.launched:
@@ -1107,15 +1138,42 @@ class Pipelining(Operator):
         return self._rewrite(source, apply_edits(source, edits), {"sites": sites}, "simplify")
 
     def apply(
-        self, source: str, num_stages: int | None = None, sites: list[dict[str, Any]] | None = None, **params: Any
+        self,
+        source: str,
+        num_stages: int | None = None,
+        sites: list[dict[str, Any]] | None = None,
+        stages: int | None = None,
+        **params: Any,
     ) -> Rewrite | None:
         """Raise num_stages (default 4 for tl.dot K loops, 3 otherwise) where it is lower, or add it at
         the launches of kernels with a loop of loads; with the ``sites`` simplify recorded, write back
-        the expert's num_stages value at each launch / config / ``tl.range``."""
+        the expert's num_stages value at each launch / config / ``tl.range``. ``stages`` (the portable
+        form) *sets* num_stages on the launches / autotune configs of every launched kernel with a
+        loop of loads (added where absent, a different literal replaced; ``tl.range(num_stages=)``
+        knobs and computed values are left alone)."""
         check_params(self.id, params, ())
+        if stages is not None and (not isinstance(stages, int) or isinstance(stages, bool) or stages < 1):
+            raise ValueError(f"pipelining.apply: stages must be an int >= 1, got {stages!r}")
         m = parse(source)
         if m is None:
             return None
+        if stages is not None and require_list(self.id, "sites", sites) is None:
+            edits_s: list[Edit] = []
+            for k in m.launched:
+                if not _has_load_loop(k, m):
+                    continue
+                calls = autotune_configs(k.autotune, m.al, m.src.tree) if k.autotune is not None else [
+                    la.call for la in m.launches_of(k) if la.helper is None
+                ]
+                for call in calls:
+                    v = kwarg(call, "num_stages")
+                    if v is None:
+                        edits_s.append(add_keyword(m.src, call, f"num_stages={stages}"))
+                    elif int_const(v) is not None and int_const(v) != stages:
+                        edits_s.append(Edit(*m.src.span(v), str(stages)))
+            if not edits_s:
+                return None
+            return self._rewrite(source, apply_edits(source, _merge_appends(edits_s)), {"stages": stages}, "apply")
         if require_list(self.id, "sites", sites) is not None:
             edits = []
             for rec in sites:  # type: ignore[union-attr]
@@ -1368,12 +1426,22 @@ class GroupedOrder(Operator):
         return self._rewrite(source, apply_edits(source, edits), {"sites": sites}, "simplify")
 
     def apply(
-        self, source: str, group_size: int = 8, sites: list[dict[str, Any]] | None = None, **params: Any
+        self,
+        source: str,
+        group_size: int = 8,
+        sites: list[dict[str, Any]] | None = None,
+        group_size_m: int | None = None,
+        **params: Any,
     ) -> Rewrite | None:
         """Raise a GROUP_SIZE of 1 to ``group_size``, or insert the swizzle in place of a row-major
         ``pid // n`` / ``pid % n`` mapping (``tl.swizzle2d`` for a 2-D grid); with the ``sites``
-        simplify recorded, write back the expert's group size at each of them."""
+        simplify recorded, write back the expert's group size at each of them. ``group_size_m`` (the
+        role name) is the same as ``group_size`` and wins when both are given."""
         check_params(self.id, params, ())
+        if group_size_m is not None:
+            group_size = group_size_m
+        if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size < 1:
+            raise ValueError(f"grouped-order.apply: group size must be an int >= 1, got {group_size!r}")
         m = parse(source)
         if m is None:
             return None
