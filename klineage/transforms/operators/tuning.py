@@ -49,7 +49,14 @@ from klineage.transforms.operators._common import (
     parse,
     reachable,
     reaches_dot,
-    set_int,
+)
+from klineage.transforms.operators._grid import (
+    grid_divs,
+    grid_names,
+    launch_values,
+    meta_reads,
+    pair_div,
+    partitioned,
 )
 from klineage.transforms.operators._restore import (
     check_params,
@@ -61,6 +68,7 @@ from klineage.transforms.operators._restore import (
     rewrite_with_hunks,
     where,
 )
+from klineage.transforms.operators._roles import ROLES, kernel_roles, role_params
 
 
 def _has_load_loop(k: Kernel, m: Module) -> bool:
@@ -317,18 +325,38 @@ class Autotune(Operator):
         config: int | None = None,
         kernels: dict[str, Any] | None = None,
         code: list[dict[str, Any]] | None = None,
+        configs: list[dict[str, Any]] | None = None,
+        key: list[str] | None = None,
         **params: Any,
     ) -> Rewrite | None:
-        """Add ``@triton.autotune`` with the current launch config plus larger/smaller tile variants;
-        the grid becomes a function of META and the tuned keywords leave the launches.
+        """Add ``@triton.autotune`` to each launched kernel with literal tile sizes; the tuned keywords
+        leave the launches and the grid becomes a function of META (a grid written with the literal
+        tile, ``triton.cdiv(M, 32)`` / ``(M + 31) // 32``, or through a host local, is rewritten to
+        count with ``META[tile]``; when the literal cannot be paired with exactly one tile parameter the
+        kernel is left alone, and with no kernel rewritten the result is None: never a wrong grid).
 
-        With what simplify recorded: ``code`` puts back the expert's decorator(s) and launches
-        exactly; ``kernels`` alone (``{kernel: {"configs": [{name: value}], "key": "[...]"}}``) makes
-        the generated decorator use the expert's config list and key instead of the variants.
-        ``config`` is the index of the config simplify pinned (checked against ``kernels``)."""
+        Config sources, first that applies:
+        - ``code`` (what simplify recorded): put back the expert's decorator(s) and launches exactly;
+        - ``configs``: a portable config list in role terms (``roles.ROLES``), e.g.
+          ``[{"tile_m": 128, "tile_n": 256, "tile_k": 64, "num_warps": 8, "num_stages": 3}]``; each
+          role is mapped onto the kernel's own parameter (``tile_roles``); a role the kernel lacks, or
+          whose parameter is not a literal at the launch, is ignored for that kernel; a tuned parameter
+          a config leaves out keeps its current launch value; a config that breaks a
+          ``tl.static_assert`` is dropped; kernel parameter names are accepted as keys too;
+        - ``kernels`` (``{kernel: {"configs": [{name: value source}], "key": "[...]"}}``): the
+          expert's config list and key for that kernel (keys the kernel lacks are dropped);
+        - otherwise: the current launch config plus larger and smaller tile variants.
+        ``key`` (kernel parameter names) overrides the autotune key (names the kernel lacks are
+        dropped); ``config`` is the index of the config simplify pinned (checked against ``kernels``)."""
         check_params(self.id, params, ())
         if kernels is not None and not isinstance(kernels, dict):
             raise ValueError("autotune.apply: kernels must map kernel names to {'configs', 'key'}")
+        if configs is not None and (
+            not isinstance(configs, list) or not configs or not all(isinstance(c, dict) for c in configs)
+        ):
+            raise ValueError("autotune.apply: configs must be a non-empty list of dicts (role or param -> value)")
+        if key is not None and (not isinstance(key, list) or not all(isinstance(x, str) for x in key)):
+            raise ValueError("autotune.apply: key must be a list of kernel parameter names")
         if (
             config is not None
             and kernels is not None
@@ -344,71 +372,147 @@ class Autotune(Operator):
         for k in m.launched:
             if k.autotune is not None:
                 continue
-            tun = self._tunables(m, k)
-            if not tun:
-                continue
-            lts = m.launches_of(k)
-            if any(la.helper is not None or la.func is None for la in lts):
-                continue
-            # warps/stages literal at launch join the configs
-            meta: dict[str, int] = {}
-            for name in ("num_warps", "num_stages"):
-                vals = {int_const(kwarg(la.call, name)) for la in lts}
-                if len(vals) == 1 and None not in vals:
-                    meta[name] = vals.pop()  # type: ignore[assignment]
-            local_names: dict[str, str] = {}  # local var -> param
-            ok = True
-            la_edits: list[Edit] = []
-            for la in lts:
-                args = launch_args(la, k)
-                for p in tun:
-                    v = args[p]
-                    if not any(kw.arg == p for kw in la.call.keywords):
-                        ok = False  # passed positionally: leave it
-                    if isinstance(v, ast.Name):
-                        local_names[v.id] = p
-                la_edits += remove_keywords(m.src, la.call, {*tun, *meta})
-                grid_edit = self._meta_grid(m, la, local_names)
-                if grid_edit is None:
-                    ok = False
-                elif grid_edit is not True:
-                    la_edits.append(grid_edit)  # type: ignore[arg-type]
-                # a tuned local used anywhere else in host code would go stale
-                uses = [
-                    n
-                    for n in ast.walk(la.func)
-                    if isinstance(n, ast.Name) and n.id in local_names and isinstance(n.ctx, ast.Load)
-                ]
-                grid_nodes = set(map(id, ast.walk(la.grid))) | set(map(id, ast.walk(la.call)))
-                gt = grid_tuple(m, la)
-                if gt is not None:
-                    grid_nodes |= set(map(id, ast.walk(gt[0])))
-                if any(id(u) not in grid_nodes for u in uses):
-                    ok = False
-            if not ok:
-                continue
-            edits += la_edits
-            fixed = self._fixed_constexprs(m, k)
-            configs = self._configs(
-                tun, meta, has_dot(k, m), lambda var, k=k, fixed=fixed: _static_ok(k, m, {**fixed, **var})
-            )
-            key: Any = self._key(m, k)
             given = (kernels or {}).get(k.name)
-            if given:
-                configs = [_config_text(c) for c in given.get("configs") or []] or configs
-                key = _Raw(given["key"]) if given.get("key") else key
-            indent = m.src.indent_of(k.node.lineno)
-            cfg_lines = "".join(f"{indent}        {m.triton}.Config({c}),\n" for c in configs)
-            deco = (
-                f"{indent}@{m.triton}.autotune(\n{indent}    configs=[\n{cfg_lines}{indent}    ],\n"
-                f"{indent}    key={key!r},\n{indent})\n"
-            )
-            first = min([d.lineno for d in k.node.decorator_list])
-            pos = m.src.line_span(first, first)[0]
-            edits.append(Edit(pos, pos, deco))
+            got = self._kernel_edits(m, k, configs, given, key)
+            if got is not None:
+                edits += got
         if not edits:
             return None
-        return self._rewrite(source, apply_edits(source, _merge_appends(edits)), {}, "apply")
+        out = {"configs": configs, "key": key} if configs is not None else {}
+        return self._rewrite(source, apply_edits(source, _merge_appends(edits)), out, "apply")
+
+    def _plan_configs(
+        self, m: Module, k: Kernel, role_configs: list[dict[str, Any]] | None, given: dict[str, Any] | None
+    ) -> tuple[set[str], list[dict[str, str]]] | None:
+        """The parameters to tune and the configs (name -> value source, meta keywords included)."""
+        passed = {n for la in m.launches_of(k) for n in launch_args(la, k)}
+        defaults = {
+            p: v
+            for p in k.constexprs
+            if p not in passed and (v := int_const(param_default(k, p))) is not None
+        }
+        fixed = {**defaults, **self._fixed_constexprs(m, k)}
+        tun = self._tunables(m, k)
+        cex = set(k.constexprs)
+        if role_configs is not None:
+            roles = kernel_roles(m, k)
+            mapped: list[dict[str, Any]] = []
+            for cfg in role_configs:
+                d: dict[str, Any] = {}
+                for name, value in cfg.items():
+                    if name in _META:
+                        d[name] = value
+                    elif name in ROLES:
+                        d.update({p: value for p in role_params(roles, name) if p in fixed})
+                    elif name in fixed:
+                        d[name] = value
+                mapped.append(d)
+            tuned = {p for d in mapped for p in d if p not in _META}
+        elif given:
+            mapped = [
+                {n: _literal(v) for n, v in c.items() if n in _META or n in cex} for c in given.get("configs") or []
+            ]
+            tuned = {p for d in mapped for p in d if p not in _META} | set(tun)
+        else:
+            return (set(tun), []) if tun else None
+        if not mapped:
+            return None
+        out: list[dict[str, str]] = []
+        for d in mapped:
+            full = {p: d.get(p, fixed.get(p)) for p in sorted(tuned, key=k.constexprs.index)}
+            if any(v is None for v in full.values()):
+                return None
+            ints = {p: v for p, v in {**fixed, **full}.items() if isinstance(v, int) and not isinstance(v, bool)}
+            if not _static_ok(k, m, ints):
+                continue
+            full.update({n: v for n, v in d.items() if n in _META})
+            text = {n: (str(v) if isinstance(v, _Raw) else repr(v)) for n, v in full.items()}
+            if text not in out:
+                out.append(text)
+        return (tuned, out) if out else None
+
+    def _kernel_edits(
+        self,
+        m: Module,
+        k: Kernel,
+        role_configs: list[dict[str, Any]] | None,
+        given: dict[str, Any] | None,
+        key: list[str] | None,
+    ) -> list[Edit] | None:
+        """The edits autotuning one kernel: decorator, launch keywords, grid; None when refused."""
+        plan = self._plan_configs(m, k, role_configs, given)
+        if plan is None:
+            return None
+        tuned, planned = plan
+        lts = m.launches_of(k)
+        if any(la.helper is not None or la.func is None for la in lts):
+            return None
+        # warps/stages literal at every launch join the configs
+        meta: dict[str, int] = {}
+        for name in ("num_warps", "num_stages"):
+            vals = {int_const(kwarg(la.call, name)) for la in lts}
+            if len(vals) == 1 and None not in vals:
+                meta[name] = vals.pop()  # type: ignore[assignment]
+        meta_set = {n for c in planned for n in c if n in _META}
+        if any(kwarg(la.call, n) is not None and n not in meta for la in lts for n in meta_set):
+            return None  # a launch computes warps/stages itself: do not override it silently
+        local_names: dict[str, str] = {}  # local var -> param
+        edits: list[Edit] = []
+        for la in lts:
+            args = launch_args(la, k)
+            for p in tuned:
+                v = args.get(p)
+                if v is None and param_default(k, p) is not None:
+                    continue  # left to its default at the launch: the configs set it
+                if v is None or not any(kw.arg == p for kw in la.call.keywords):
+                    return None  # passed positionally: leave it
+                if isinstance(v, ast.Name):
+                    local_names[v.id] = p
+            edits += remove_keywords(m.src, la.call, {*tuned, *meta, *meta_set})
+            grid_edit = self._meta_grid(m, k, la, local_names, tuned)
+            if grid_edit is None:
+                return None
+            if grid_edit is not True:
+                edits.append(grid_edit)  # type: ignore[arg-type]
+            # a tuned local used anywhere else in host code would go stale
+            uses = [
+                n
+                for n in ast.walk(la.func)  # type: ignore[arg-type]
+                if isinstance(n, ast.Name) and n.id in local_names and isinstance(n.ctx, ast.Load)
+            ]
+            grid_nodes = set(map(id, ast.walk(la.grid))) | set(map(id, ast.walk(la.call)))
+            gt = grid_tuple(m, la)
+            if gt is not None:
+                grid_nodes |= set(map(id, ast.walk(gt[0])))
+            if any(id(u) not in grid_nodes for u in uses):
+                return None
+        if planned:
+            cfg_texts = []
+            for c in planned:
+                full = {**{n: str(v) for n, v in meta.items()}, **c}
+                cfg_texts.append(_config_text(full))
+        else:
+            fixed = self._fixed_constexprs(m, k)
+            tun = {p: v for p, v in self._tunables(m, k).items() if p in tuned}
+            cfg_texts = self._configs(
+                tun, meta, has_dot(k, m), lambda var, k=k, fixed=fixed: _static_ok(k, m, {**fixed, **var})
+            )
+        kkey: Any = self._key(m, k)
+        if key is not None:
+            names = {p.name for p in k.params}
+            kkey = [x for x in key if x in names] or kkey
+        elif given and given.get("key") and role_configs is None:
+            kkey = _Raw(given["key"])
+        indent = m.src.indent_of(k.node.lineno)
+        cfg_lines = "".join(f"{indent}        {m.triton}.Config({c}),\n" for c in cfg_texts)
+        deco = (
+            f"{indent}@{m.triton}.autotune(\n{indent}    configs=[\n{cfg_lines}{indent}    ],\n"
+            f"{indent}    key={kkey!r},\n{indent})\n"
+        )
+        first = min([d.lineno for d in k.node.decorator_list])
+        pos = m.src.line_span(first, first)[0]
+        edits.append(Edit(pos, pos, deco))
+        return edits
 
     @staticmethod
     def _fixed_constexprs(m: Module, k: Kernel) -> dict[str, int]:
@@ -467,22 +571,49 @@ class Autotune(Operator):
         return key
 
     @staticmethod
-    def _meta_grid(m: Module, la: Any, local_names: dict[str, str]) -> Edit | bool | None:
-        """Rewrite the grid so tuned locals become ``META[...]``; True when nothing to change."""
+    def _meta_grid(m: Module, k: Kernel, la: Any, local_names: dict[str, str], tuned: set[str]) -> Edit | bool | None:
+        """Rewrite the grid so it counts with ``META[tile]`` for every tuned tile: tuned host locals
+        become ``META[...]`` and ceil-divisions by a literal tile paired with a tuned parameter
+        (``_grid.pair_div``) become ``triton.cdiv(dim, META[...])``. True when nothing needs to change;
+        None (refuse) when the grid cannot be read, divides by a constant it cannot pair, or would
+        still not count with a tuned parameter that the program id partitions."""
         gt = grid_tuple(m, la)
         if gt is None:
             return None
         node, meta = gt
-        hits = [n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in local_names]
-        if not hits:
-            return True
-        if meta is not None:
+        divs = grid_divs(m, la)
+        if divs is None:
             return None
+        values = launch_values(m, k, la)
+        must = partitioned(m, k) & tuned
+        repl: list[tuple[ast.AST, str]] = []
+        counted: set[str] = set()
+        meta_name = meta or "META"
+        for div in divs:
+            p = pair_div(m, k, la, div, values)
+            if p is None:
+                return None  # a literal tile the grid divides by that no parameter explains
+            if p in tuned:
+                repl.append((div.node, f"{m.triton}.cdiv({m.src.seg(div.dim)}, {meta_name}[{p!r}])"))
+                counted.add(p)
+        inside = {id(x) for r, _ in repl for x in ast.walk(r)}
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and n.id in local_names and id(n) not in inside:
+                repl.append((n, f"{meta_name}[{local_names[n.id]!r}]"))
+                counted.add(local_names[n.id])
+        if meta is not None:
+            counted |= meta_reads(m, la)
+        if not must <= counted:
+            return None  # the grid would keep counting with the old tile
+        if not repl:
+            return True
         start, end = m.src.span(node)
         text = m.src.text[start:end]
-        for h in sorted(hits, key=lambda n: m.src.span(n)[0], reverse=True):
-            hs, he = m.src.span(h)
-            text = text[: hs - start] + f"META[{local_names[h.id]!r}]" + text[he - start :]
+        for r, new in sorted(repl, key=lambda t: m.src.span(t[0])[0], reverse=True):
+            hs, he = m.src.span(r)
+            text = text[: hs - start] + new + text[he - start :]
+        if meta is not None:
+            return Edit(start, end, text)
         return Edit(start, end, f"lambda META: {text}")
 
 
@@ -491,6 +622,17 @@ class _Raw(str):
 
     def __repr__(self) -> str:
         return str(self)
+
+
+def _literal(text: Any) -> Any:
+    """A recorded config value (source text): an int when it is an int literal, else the text as is."""
+    if isinstance(text, (int, bool)):
+        return text
+    try:
+        value = ast.literal_eval(str(text))
+    except (ValueError, SyntaxError):
+        return _Raw(str(text))
+    return value if isinstance(value, int) and not isinstance(value, bool) else _Raw(str(text))
 
 
 _META = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -561,10 +703,10 @@ class TileSize(Operator):
     default_params: ClassVar[Mapping[str, Any]] = {"factor": 2, "max_tile": 256}
     small = 32
 
-    def _sites(self, m: Module, include_steps: bool) -> list[tuple[Kernel, Any]]:
+    def _sites(self, m: Module, include_steps: bool, dot_only: bool = True) -> list[tuple[Kernel, Any]]:
         out = []
         for k in m.kernels:
-            if not has_dot(k, m):
+            if dot_only and not has_dot(k, m):
                 continue
             for p in _tile_params(m, k, include_steps):
                 out += [(k, s) for s in m.sites(k, p) if int_value(s) is not None]
@@ -587,15 +729,17 @@ class TileSize(Operator):
         return out
 
     def simplify(self, source: str) -> Rewrite | None:
-        """Shrink every tile dimension (K steps included) above 32 to 32."""
+        """Shrink every tile dimension (K steps included) above 32 to 32; a launch grid written with
+        the literal tile is shrunk with it (refused when the literal cannot be paired)."""
         m = parse(source)
         if m is None:
             return None
-        edits, sites = [], []
-        for j, (_, s) in enumerate(self._sites(m, include_steps=True)):
+        changes, sites = [], []
+        for j, (k, s) in enumerate(self._sites(m, include_steps=True)):
             if (int_value(s) or 0) > self.small:
-                edits.append(set_int(m, s, self.small))
+                changes.append((k, s, self.small))
                 sites.append({"index": j, "name": s.name, "value": m.src.seg(s.node)})
+        edits = _retile(m, changes)
         if not edits:
             return None
         return self._rewrite(
@@ -609,40 +753,145 @@ class TileSize(Operator):
         max_tile: int = 256,
         sites: list[dict[str, Any]] | None = None,
         tile: int | None = None,
+        tiles: dict[str, int] | None = None,
         **params: Any,
     ) -> Rewrite | None:
         """Multiply the output tile dimensions (not the K step) by ``factor``, capped at ``max_tile``;
-        with the ``sites`` simplify recorded, write back the expert's tile sizes where they were.
-        ``tile`` (the size simplify shrank to) is accepted and only checked against the sites."""
+        or, with ``tiles`` (role -> size, e.g. ``{"tile_m": 128, "tile_n": 128, "tile_k": 64}``;
+        kernel parameter names are accepted too), set each role's parameter to that size wherever
+        its value is written, in any kernel (row and elementwise blocks too; a role the kernel lacks
+        is ignored; a kernel whose ``tl.static_assert`` the new sizes break is left alone).
+
+        A launch grid written with the literal tile (``triton.cdiv(M, 32)``, ``(M + 31) // 32``) is
+        rewritten to the new size; when the literal cannot be paired with exactly one tile parameter
+        the kernel is left alone (never a wrong grid). With the ``sites`` simplify recorded, write
+        back the expert's tile sizes where they were; ``tile`` (the size simplify shrank to) is
+        accepted and only checked against the sites."""
         check_params(self.id, params, ())
+        if tiles is not None and (
+            not isinstance(tiles, dict)
+            or not tiles
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in tiles.values())
+        ):
+            raise ValueError("tile-size.apply: tiles must map roles (or parameter names) to positive ints")
         m = parse(source)
         if m is None:
             return None
         if require_list(self.id, "sites", sites) is not None:
             all_sites = self._sites(m, include_steps=True)
-            edits = []
+            changes = []
             for rec in sites:  # type: ignore[union-attr]
                 j = rec.get("index")
                 if not isinstance(j, int) or not 0 <= j < len(all_sites) or all_sites[j][1].name != rec.get("name"):
                     return None
-                site = all_sites[j][1]
+                kern, site = all_sites[j]
                 if tile is not None and int_value(site) != tile:
                     return None
-                edits.append(Edit(*m.src.span(site.node), str(rec["value"])))
+                value = int_const(ast.parse(str(rec["value"]), mode="eval").body)
+                changes.append((kern, site, value if value is not None else _Raw(str(rec["value"]))))
+            edits = _retile(m, changes)
+            if edits is None:
+                return None
             return self._rewrite(source, apply_edits(source, edits), {"sites": sites}, "apply")
-        if factor < 2:
-            return None
-        edits = []
-        for _, s in self._sites(m, include_steps=False):
-            v = int_value(s) or 0
-            new = max(v * factor, 2 * self.small)
-            if v and new <= max_tile:
-                edits.append(set_int(m, s, new))
+        changes = []
+        if tiles is not None:
+            for k, s in self._sites(m, include_steps=True, dot_only=False):
+                roles = kernel_roles(m, k)
+                new = tiles.get(s.name, tiles.get(roles.get(s.name, ""), None))
+                if new is not None and int_value(s) != new:
+                    changes.append((k, s, new))
+            by_kernel: dict[str, dict[str, int]] = {}
+            for k, s, new in changes:
+                by_kernel.setdefault(k.name, {})[s.name] = new
+            bad = set()
+            for k in m.kernels:
+                if k.name in by_kernel:
+                    fixed = Autotune._fixed_constexprs(m, k)
+                    if not _static_ok(k, m, {**fixed, **by_kernel[k.name]}):
+                        bad.add(k.name)
+            changes = [c for c in changes if c[0].name not in bad]
+        else:
+            if factor < 2:
+                return None
+            for k, s in self._sites(m, include_steps=False):
+                v = int_value(s) or 0
+                new = max(v * factor, 2 * self.small)
+                if v and new <= max_tile:
+                    changes.append((k, s, new))
+        edits = _retile(m, changes)
         if not edits:
             return None
-        return self._rewrite(
-            source, apply_edits(source, edits), {"factor": factor, "max_tile": max_tile}, "apply"
-        )
+        out = {"tiles": tiles} if tiles is not None else {"factor": factor, "max_tile": max_tile}
+        return self._rewrite(source, apply_edits(source, edits), out, "apply")
+
+
+def _retile(m: Module, changes: list[tuple[Kernel, Any, Any]]) -> list[Edit] | None:
+    """Edits setting each ``(kernel, site, new value)`` and the launch grids that count with those
+    tiles; a kernel whose grid cannot follow (``_grid_follows``) keeps all its values. None when
+    nothing is left to change."""
+    edits: list[Edit] = []
+    for k in {id(c[0]): c[0] for c in changes}.values():
+        mine = [(s, new) for kk, s, new in changes if kk is k]
+        grid_edits = _grid_follows(m, k, mine)
+        if grid_edits is None:
+            continue
+        edits += [Edit(*m.src.span(s.node), str(new)) for s, new in mine] + grid_edits
+    return edits or None
+
+
+def _grid_follows(m: Module, k: Kernel, mine: list[tuple[Any, Any]]) -> list[Edit] | None:
+    """Grid edits that keep every launch of ``k`` counting programs with the new tile sizes of
+    ``mine`` (sites of ``k`` with their new values): a literal tile in a ceil-division of the grid
+    is paired (``_grid.pair_div``) and rewritten; a host local that is both the grid's divisor and
+    the launch argument changes with its site; a meta-function grid reads the tile itself. None
+    (refuse) when a program-partitioned tile changes and a launch grid would not follow it, or the
+    grid divides by a constant that pairs with no tile."""
+    must_all = partitioned(m, k)
+    out: list[Edit] = []
+    for la in m.launches_of(k):
+        args = launch_args(la, k)
+        here: dict[str, Any] = {}
+        for s, new in mine:
+            if (s.where in ("launch", "local") and s.owner is la.call) or (
+                s.where == "default" and s.name not in args
+            ):
+                here[s.name] = new
+            elif s.where == "config":
+                here[s.name] = None  # the autotuner sets it: the grid must read META
+        if not here:
+            continue
+        divs = grid_divs(m, la)
+        if divs is None:
+            if must_all & set(here):
+                return None
+            continue
+        values = launch_values(m, k, la)
+        counted: set[str] = set(meta_reads(m, la))
+        for div in divs:
+            p = pair_div(m, k, la, div, values)
+            if p is None:
+                return None
+            if p not in here:
+                continue
+            passed = args.get(p)
+            if isinstance(div.tile, ast.Name) and isinstance(passed, ast.Name) and passed.id == div.tile.id:
+                counted.add(p)  # the same host local: it changes at its site
+                continue
+            new = here[p]
+            if new is None:
+                return None
+            if div.form == "cdiv":
+                out.append(Edit(*m.src.span(div.tile), str(new)))
+            else:
+                out.append(Edit(*m.src.span(div.node), f"({m.src.seg(div.dim)} + {int(new) - 1}) // {new}"))
+            counted.add(p)
+        for p in must_all & set(here):
+            passed = args.get(p)
+            if isinstance(passed, ast.Name) and passed.id in grid_names(m, la):
+                counted.add(p)
+        if not (must_all & set(here)) <= counted:
+            return None
+    return out
 
 
 # ---------------------------------------------------------------------------------------- num-warps
@@ -707,6 +956,25 @@ class NumWarps(Operator):
             return None
         return self._rewrite(source, apply_edits(source, edits), {"sites": sites}, "simplify")
 
+    def _set(self, m: Module, source: str, name: str, value: int, params: dict[str, Any]) -> Rewrite | None:
+        """Set keyword ``name`` to ``value`` on every autotune config (or, for a kernel without
+        autotune, every launch) of each launched kernel: replace a different literal, add it where
+        absent, leave a computed value alone."""
+        edits: list[Edit] = []
+        for k in m.launched:
+            calls = autotune_configs(k.autotune, m.al, m.src.tree) if k.autotune is not None else [
+                la.call for la in m.launches_of(k) if la.helper is None
+            ]
+            for call in calls:
+                v = kwarg(call, name)
+                if v is None:
+                    edits.append(add_keyword(m.src, call, f"{name}={value}"))
+                elif int_const(v) is not None and int_const(v) != value:
+                    edits.append(Edit(*m.src.span(v), str(value)))
+        if not edits:
+            return None
+        return self._rewrite(source, apply_edits(source, _merge_appends(edits)), params, "apply")
+
     def _restore_keywords(
         self, m: Module, source: str, name: str, sites: Any, params: dict[str, Any]
     ) -> Rewrite | None:
@@ -768,16 +1036,28 @@ class NumWarps(Operator):
         return f"max(4, min({hi}, {prod} // {div}))"
 
     def apply(
-        self, source: str, num_warps: int | None = None, sites: list[dict[str, Any]] | None = None, **params: Any
+        self,
+        source: str,
+        num_warps: int | None = None,
+        sites: list[dict[str, Any]] | None = None,
+        warps: int | None = None,
+        **params: Any,
     ) -> Rewrite | None:
         """Add ``num_warps`` (given, or computed from the tile) to launches that have none; with the
-        ``sites`` simplify recorded, put back exactly the expert's num_warps on each launch / config."""
+        ``sites`` simplify recorded, put back exactly the expert's num_warps on each launch / config.
+        ``warps`` (the portable form) *sets* the warps of every launched kernel to that value: added
+        where absent, replaced where a literal differs (a computed value is left alone)."""
         check_params(self.id, params, ())
+        if warps is not None and (not isinstance(warps, int) or isinstance(warps, bool) or warps < 1
+                                  or warps & (warps - 1)):
+            raise ValueError(f"num-warps.apply: warps must be a power of two >= 1, got {warps!r}")
         m = parse(source)
         if m is None:
             return None
         if require_list(self.id, "sites", sites) is not None:
             return self._restore_keywords(m, source, "num_warps", sites, {"sites": sites})
+        if warps is not None:
+            return self._set(m, source, "num_warps", warps, {"warps": warps})
         with_sites = {k.name for k, _, _ in self._sites(m)}
         edits = []
         for k in m.launched:
@@ -858,15 +1138,42 @@ class Pipelining(Operator):
         return self._rewrite(source, apply_edits(source, edits), {"sites": sites}, "simplify")
 
     def apply(
-        self, source: str, num_stages: int | None = None, sites: list[dict[str, Any]] | None = None, **params: Any
+        self,
+        source: str,
+        num_stages: int | None = None,
+        sites: list[dict[str, Any]] | None = None,
+        stages: int | None = None,
+        **params: Any,
     ) -> Rewrite | None:
         """Raise num_stages (default 4 for tl.dot K loops, 3 otherwise) where it is lower, or add it at
         the launches of kernels with a loop of loads; with the ``sites`` simplify recorded, write back
-        the expert's num_stages value at each launch / config / ``tl.range``."""
+        the expert's num_stages value at each launch / config / ``tl.range``. ``stages`` (the portable
+        form) *sets* num_stages on the launches / autotune configs of every launched kernel with a
+        loop of loads (added where absent, a different literal replaced; ``tl.range(num_stages=)``
+        knobs and computed values are left alone)."""
         check_params(self.id, params, ())
+        if stages is not None and (not isinstance(stages, int) or isinstance(stages, bool) or stages < 1):
+            raise ValueError(f"pipelining.apply: stages must be an int >= 1, got {stages!r}")
         m = parse(source)
         if m is None:
             return None
+        if stages is not None and require_list(self.id, "sites", sites) is None:
+            edits_s: list[Edit] = []
+            for k in m.launched:
+                if not _has_load_loop(k, m):
+                    continue
+                calls = autotune_configs(k.autotune, m.al, m.src.tree) if k.autotune is not None else [
+                    la.call for la in m.launches_of(k) if la.helper is None
+                ]
+                for call in calls:
+                    v = kwarg(call, "num_stages")
+                    if v is None:
+                        edits_s.append(add_keyword(m.src, call, f"num_stages={stages}"))
+                    elif int_const(v) is not None and int_const(v) != stages:
+                        edits_s.append(Edit(*m.src.span(v), str(stages)))
+            if not edits_s:
+                return None
+            return self._rewrite(source, apply_edits(source, _merge_appends(edits_s)), {"stages": stages}, "apply")
         if require_list(self.id, "sites", sites) is not None:
             edits = []
             for rec in sites:  # type: ignore[union-attr]
@@ -1119,12 +1426,22 @@ class GroupedOrder(Operator):
         return self._rewrite(source, apply_edits(source, edits), {"sites": sites}, "simplify")
 
     def apply(
-        self, source: str, group_size: int = 8, sites: list[dict[str, Any]] | None = None, **params: Any
+        self,
+        source: str,
+        group_size: int = 8,
+        sites: list[dict[str, Any]] | None = None,
+        group_size_m: int | None = None,
+        **params: Any,
     ) -> Rewrite | None:
         """Raise a GROUP_SIZE of 1 to ``group_size``, or insert the swizzle in place of a row-major
         ``pid // n`` / ``pid % n`` mapping (``tl.swizzle2d`` for a 2-D grid); with the ``sites``
-        simplify recorded, write back the expert's group size at each of them."""
+        simplify recorded, write back the expert's group size at each of them. ``group_size_m`` (the
+        role name) is the same as ``group_size`` and wins when both are given."""
         check_params(self.id, params, ())
+        if group_size_m is not None:
+            group_size = group_size_m
+        if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size < 1:
+            raise ValueError(f"grouped-order.apply: group size must be an int >= 1, got {group_size!r}")
         m = parse(source)
         if m is None:
             return None
