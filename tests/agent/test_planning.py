@@ -75,3 +75,23 @@ def test_every_method_has_a_planner(kb: KnowledgeBase) -> None:
         make_planner("random", kb)
     with pytest.raises(ValueError, match="needs a knowledge base"):
         make_planner("memory", None)
+
+
+def test_the_gemm_experts_configurations_reach_a_naive_matmul_in_role_terms(kb: KnowledgeBase) -> None:
+    from klineage.agent.moves import materialize
+    from klineage.transforms.roles import tile_roles
+    from klineage.validator import LocalValidator
+
+    problem = load_problem(None, ROOT / "heldout" / "bmm")
+    first = _plan(kb, "bmm")[0]
+    configs = first.steps[0].params["configs"]
+    assert {"tile_m": 128, "tile_n": 256, "tile_k": 64, "group_size_m": 8, "num_stages": 3,
+            "num_warps": 8} in configs
+    made = materialize(problem.source, first)
+    assert made is not None
+    roles = tile_roles(made.source)["bmm_kernel"]
+    assert {roles[name] for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K")} == {"tile_m", "tile_n", "tile_k"}
+    assert "META['BLOCK_M']" in made.source  # the grid follows the tuned tile
+    result = LocalValidator(device="cpu", seeds=1).validate(made.source, problem.manifest.directory,
+                                                            gates=("static", "compile", "correctness"))
+    assert result.verdict == "pass", [g.reason for g in result.gates if g.status == "fail"]
