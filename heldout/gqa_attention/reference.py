@@ -1,17 +1,23 @@
-"""Grouped-query attention workload (non-causal): Q (B, H, S, D), K and V (B, HKV, S, D), H = 4·HKV;
-query head h attends with KV head h // (H / HKV); O = softmax(Q Kᵀ / sqrt(D)) V in the input dtype."""
+"""Grouped-query attention workload (non-causal): Q (B, H, S, D), K and V (B, H/4, S, D) (GROUP = 4 query
+heads per KV head, H a multiple of 4); query head h attends with KV head h // 4;
+O = softmax(Q Kᵀ / sqrt(D)) V in the input dtype. The shape names H (query heads) only: the search
+context vocabulary has no key for the KV heads."""
 
 import math
 
 import torch
 
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+GROUP = 4
 
 
 def make_inputs(shape: dict, dtype: str, seed: int, device: str = "cpu") -> tuple:
-    """Return (q, k, v): standard-normal Q (B, H, S, D) and K, V (B, HKV, S, D) in ``dtype``."""
+    """Return (q, k, v): standard-normal Q (B, H, S, D) and K, V (B, H/4, S, D) in ``dtype``."""
     g = torch.Generator(device=device).manual_seed(seed)
-    b, h, hkv, s, d = shape["B"], shape["H"], shape["HKV"], shape["S"], shape["D"]
+    b, h, s, d = shape["B"], shape["H"], shape["S"], shape["D"]
+    if h % GROUP:
+        raise ValueError(f"gqa_attention: H = {h} is not a multiple of {GROUP}")
+    hkv = h // GROUP
     t = _DTYPES[dtype]
     q = torch.randn((b, h, s, d), generator=g, device=device).to(t)
     k = torch.randn((b, hkv, s, d), generator=g, device=device).to(t)
@@ -41,5 +47,5 @@ def flops(shape: dict) -> float:
 def bytes_moved(shape: dict, dtype: str) -> float:
     """Q read and O written once, K and V read once per KV head."""
     size = 4 if dtype == "fp32" else 2
-    b, h, hkv, s, d = shape["B"], shape["H"], shape["HKV"], shape["S"], shape["D"]
-    return float(size * b * s * d * (2 * h + 2 * hkv))
+    b, h, s, d = shape["B"], shape["H"], shape["S"], shape["D"]
+    return float(size * b * s * d * (2 * h + 2 * (h // GROUP)))

@@ -1,5 +1,5 @@
-"""Naive key-padding masked softmax: one row per program, the whole row in one block; the row's batch
-length is loaded, keys at or past it are set to -inf before the max, and written as 0."""
+"""Naive key-padding masked softmax: one score row per program, the whole row in one block; the row's
+batch length is loaded, keys at or past it are set to -inf before the max, and written as 0."""
 
 import torch
 import triton
@@ -20,9 +20,9 @@ def masked_softmax_kernel(x_ptr, len_ptr, y_ptr, rows_per_batch, n_cols, BLOCK: 
 
 
 def run(x, lengths):
-    batch, rows, n_cols = x.shape
+    batch, heads, n_rows, n_cols = x.shape
     y = torch.empty_like(x)
     BLOCK = triton.next_power_of_2(n_cols)
-    grid = (batch * rows,)
-    masked_softmax_kernel[grid](x, lengths, y, rows, n_cols, BLOCK=BLOCK)
+    grid = (batch * heads * n_rows,)
+    masked_softmax_kernel[grid](x, lengths, y, heads * n_rows, n_cols, BLOCK=BLOCK)
     return y

@@ -1,7 +1,8 @@
 """Causal sliding-window attention workload for contiguous Q, K, V of shape (B, H, S, D).
 
-Query i attends to keys j with i − W < j ≤ i (the window W is a shape key and a run argument);
-O = softmax(Q Kᵀ / sqrt(D) over the window) V, output in the input dtype.
+Query i attends to keys j with i − W < j ≤ i, W = S // 4 (a run argument, fixed by the shape: the
+search context vocabulary has no key for a window); O = softmax(Q Kᵀ / sqrt(D) over the window) V, output
+in the input dtype.
 """
 
 import math
@@ -18,12 +19,17 @@ def _allowed(seq: int, window: int, device: torch.device) -> torch.Tensor:
     return (j <= i) & (j > i - window)
 
 
+def window_of(shape: dict) -> int:
+    """The window W = S // 4 (at least 1)."""
+    return max(1, shape["S"] // 4)
+
+
 def make_inputs(shape: dict, dtype: str, seed: int, device: str = "cpu") -> tuple:
     """Return (q, k, v, window): standard-normal (B, H, S, D) tensors in ``dtype`` and the window W."""
     g = torch.Generator(device=device).manual_seed(seed)
     dims = (shape["B"], shape["H"], shape["S"], shape["D"])
     q, k, v = (torch.randn(dims, generator=g, device=device).to(_DTYPES[dtype]) for _ in range(3))
-    return q, k, v, shape["W"]
+    return q, k, v, window_of(shape)
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> torch.Tensor:
@@ -41,7 +47,7 @@ def vendor(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> to
 
 def flops(shape: dict) -> float:
     """4·B·H·D·(keys seen): each query sees min(i + 1, W) keys."""
-    s, w = shape["S"], shape["W"]
+    s, w = shape["S"], window_of(shape)
     keys = s * w - w * (w - 1) / 2 if s >= w else s * (s + 1) / 2
     return 4.0 * shape["B"] * shape["H"] * shape["D"] * keys
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 
+from klineage.kb.features import problem_features
 from klineage.transforms.features import kernel_features
 
 from .heldout import EXPERT_WORKLOADS, failed_gates, heldout_dirs, manifests, naive_sources, validate_all
@@ -69,6 +70,8 @@ def test_manifest_and_reference(name: str) -> None:
         dims = [v for v in s.values() if isinstance(v, int)]
         assert max(dims) <= 4096 and math.prod(dims) <= 200_000, s
     assert set(m.tolerance) == set(m.dtypes)
+    for s in (*m.shapes, *m.cpu_shapes):  # shapes become search contexts (tests/recommend, bench/recommend_*)
+        problem_features({**s, "dtype": m.dtypes[0], "arch": 90})  # FeatureError on a key outside the vocabulary
     ref = _reference_module(name)
     for fn in ("make_inputs", "reference", "vendor", "flops", "bytes_moved"):
         assert callable(getattr(ref, fn, None)), f"{name}/reference.py lacks {fn}"
