@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 
+from klineage.kb.features import problem_features
 from klineage.transforms.features import kernel_features
 
 from .heldout import EXPERT_WORKLOADS, failed_gates, heldout_dirs, manifests, naive_sources, validate_all
@@ -30,12 +31,32 @@ def _reference_module(name: str) -> Any:
     return mod
 
 
+#: Op kinds the held-out set must keep covering, each with the workloads that stand for it. Families are
+#: coarse, as for the lineage workloads (softmax, layernorm and cross-entropy are all "row-reduction"), so
+#: norms, softmaxes and cross-entropy are checked by name here.
+KINDS: dict[str, set[str]] = {
+    "row reduction": {"row_absmax", "row_argmax", "row_mean_var"},
+    "column reduction": {"column_sum"},
+    "norm": {"rmsnorm", "add_rmsnorm", "group_norm"},
+    "softmax": {"log_softmax", "masked_softmax", "scaled_softmax"},
+    "cross-entropy": {"smoothed_cross_entropy"},
+    "elementwise fusion": {"silu_mul", "swiglu", "gelu_mul"},
+}
+
+#: Outputs whose dtype is not the first input's (the contract is in the workload's reference.py).
+OUTPUT_DTYPES = {"row_argmax": torch.int64, "row_mean_var": torch.float32, "smoothed_cross_entropy": torch.float32}
+
+
 def test_the_heldout_set_mixes_families_and_avoids_the_lineage_workloads() -> None:
     found = manifests()
-    assert 5 <= len(found) <= 8, sorted(found)
+    assert len(found) >= 22, sorted(found)
     assert not set(found) & EXPERT_WORKLOADS
     families = Counter(m.family for m in found.values())
-    assert families["gemm"] >= 2 and families["row-reduction"] >= 2 and families["elementwise"] >= 1, families
+    assert families["gemm"] >= 4 and families["attention"] >= 3, families
+    assert families["row-reduction"] >= 6 and families["elementwise"] >= 2 and families["reduction"] >= 1, families
+    for kind, names in KINDS.items():
+        assert names & set(found), f"no held-out workload covers {kind} (one of {sorted(names)})"
+        assert all(found[n].family in ("row-reduction", "reduction", "elementwise") for n in names & set(found))
     readme = (heldout_dirs()[0].parent / "README.md").read_text()
     assert all(f"`{name}`" in readme for name in found), "heldout/README.md must list every workload"
 
@@ -49,16 +70,23 @@ def test_manifest_and_reference(name: str) -> None:
         dims = [v for v in s.values() if isinstance(v, int)]
         assert max(dims) <= 4096 and math.prod(dims) <= 200_000, s
     assert set(m.tolerance) == set(m.dtypes)
+    for s in (*m.shapes, *m.cpu_shapes):  # shapes become search contexts (tests/recommend, bench/recommend_*)
+        problem_features({**s, "dtype": m.dtypes[0], "arch": 90})  # FeatureError on a key outside the vocabulary
     ref = _reference_module(name)
     for fn in ("make_inputs", "reference", "vendor", "flops", "bytes_moved"):
         assert callable(getattr(ref, fn, None)), f"{name}/reference.py lacks {fn}"
     shape = dict(m.cpu_shapes[0])
     inputs = ref.make_inputs(shape, "fp32", 0)
     again = ref.make_inputs(shape, "fp32", 0)
-    assert all(torch.equal(a, b) for a, b in zip(inputs, again, strict=True)), "make_inputs is not seeded"
+    assert all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+               for a, b in zip(inputs, again, strict=True)), "make_inputs is not seeded"
+    other = ref.make_inputs(shape, "fp32", 1)
+    assert not all(torch.equal(a, b) for a, b in zip(inputs, other, strict=True) if isinstance(a, torch.Tensor))
     expected, fast = ref.reference(*inputs), ref.vendor(*inputs)
-    assert expected.dtype == inputs[0].dtype
+    assert expected.dtype == OUTPUT_DTYPES.get(name, inputs[0].dtype)
     torch.testing.assert_close(fast, expected, rtol=1e-4, atol=1e-5)
+    native = ref.make_inputs(shape, m.dtypes[0], 0)  # the output contract holds at the first manifest dtype
+    assert ref.reference(*native).dtype == OUTPUT_DTYPES.get(name, native[0].dtype)
     assert ref.flops(dict(m.shapes[0])) > 0 and ref.bytes_moved(dict(m.shapes[0]), m.dtypes[0]) > 0
 
 

@@ -1,7 +1,7 @@
-"""Transfer check: every operator whose anchor is applicable to a held-out naive kernel must apply
-there and the result must pass the gates under the Triton interpreter (static, compile,
-correctness on the cpu_shapes), alone and in chains. Known failures are listed with their reason
-and are strict xfails: once an operator is fixed, the entry must go."""
+"""Transfer check: every operator whose anchor is applicable to a held-out naive kernel (the original
+seven, ``TRANSFER_WORKLOADS``) must apply there and the result must pass the gates under the Triton
+interpreter (static, compile, correctness on the cpu_shapes), alone and in chains. Known failures are
+listed with their reason and are strict xfails: once an operator is fixed, the entry must go."""
 
 from __future__ import annotations
 
@@ -24,7 +24,13 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
 #: Operators that no held-out kernel exercises, with the reason (none today: keep it that way).
 NOT_COVERED: dict[str, str] = {}
 
-SOURCES = naive_sources()
+#: The held-out kernels this check runs on: the original seven only, on purpose. It gates every applicable
+#: operator alone and two chains per kernel under the interpreter, so its cost grows with every kernel; the
+#: later held-out workloads (heldout/README.md) are gated as naive kernels by test_heldout_workloads.py and
+#: kept out of here to hold the suite within the CI time limit.
+TRANSFER_WORKLOADS = ("alibi_attention", "bmm", "linear_gelu", "log_softmax", "rmsnorm", "row_absmax", "silu_mul")
+
+SOURCES = {name: src for name, src in naive_sources().items() if name in TRANSFER_WORKLOADS}
 DIRS = {d.name: d for d in heldout_dirs()}
 PAIRS = [(op.id, name) for op in all_operators() for name, src in SOURCES.items() if op.applicable(src)]
 
@@ -64,6 +70,10 @@ def results() -> dict[str, dict[str, Any]]:
     for (order, name), (source, _) in CHAINS.items():
         jobs.append((f"chain-{order}:{name}", source, DIRS[name]))
     return validate_all(jobs, seeds=1)
+
+
+def test_the_transfer_workloads_are_heldout_workloads() -> None:
+    assert set(SOURCES) == set(TRANSFER_WORKLOADS), sorted(set(TRANSFER_WORKLOADS) - set(SOURCES))
 
 
 def test_every_operator_transfers_somewhere_or_says_why() -> None:
