@@ -17,8 +17,9 @@ workload code (``reference.py``) runs in the workers. A request that is refused 
 limit (413), not UTF-8 or not JSON (400), unknown gate or bad shapes (422), unknown workload (404),
 malformed manifest (422), manifest differing from the client's copy (409) — creates no job.
 
-Each job runs through ``runner.validate_job``: the candidate is only parsed here; everything else runs
-in a sandboxed worker subprocess, so a hang or crash ends that job and the service answers the next.
+Each job runs through ``runner.validate_job``: this process is the trusted side (inputs, reference,
+comparison, verdict, cache); the candidate runs only in a warm sandboxed worker process
+(``pool.py``), so a hang or crash ends that job (and that worker) and the service answers the next.
 Results are cached in SQLite (``KLINEAGE_VALIDATOR_CACHE``, default ``.klineage/validator/cache.sqlite``).
 """
 
@@ -44,6 +45,7 @@ from klineage.schema.gate_result import GATES
 from klineage.validator.cache import ResultCache
 from klineage.validator.client import LocalValidator
 from klineage.validator.runner import ValidationRequestError
+from klineage.validator.pool import shutdown_default_pool
 from klineage.validator.sandbox import kill_live_workers
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -149,6 +151,7 @@ class JobManager:
         for _ in self.threads:
             self.queue.put(None)
         kill_live_workers()
+        shutdown_default_pool()
 
     def _work(self, validator: LocalValidator, first: bool) -> None:
         if first and self.config.measure_ceilings_at_start and validator.device_info().cuda:
