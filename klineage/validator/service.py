@@ -44,8 +44,8 @@ from fastapi.responses import JSONResponse
 from klineage.schema.gate_result import GATES
 from klineage.validator.cache import ResultCache
 from klineage.validator.client import LocalValidator
-from klineage.validator.runner import ValidationRequestError
 from klineage.validator.pool import shutdown_default_pool
+from klineage.validator.runner import ValidationRequestError
 from klineage.validator.sandbox import kill_live_workers
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
