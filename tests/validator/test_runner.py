@@ -152,7 +152,8 @@ def test_every_autotune_config_is_checked_pinned_on_cpu(validator: LocalValidato
     ok = validator.validate(fixed, ROWSUM, gates=["correctness"])
     correctness = ok.gate("correctness")
     assert correctness is not None and correctness.status == "pass", correctness
-    assert correctness.metrics["autotune_configs_pinned"] == 2 and "each of 2 autotune configs pinned" in correctness.reason
+    assert correctness.metrics["autotune_configs_pinned"] == 2
+    assert "each of 2 autotune configs pinned" in correctness.reason
 
 
 def test_time_limit_is_derived_from_the_work_and_stated(validator: LocalValidator) -> None:
