@@ -66,14 +66,16 @@ class LocalValidator:
     GPU when the worker sees one) or ``"cpu"`` (interpreter mode even on a GPU machine).
     ``timeout_s``: wall-clock limit per job (default: derived from the work, ``trusted.job_time_limit``,
     and stated in each gate's metrics). ``pool``: the warm worker pool the jobs run in (default: the
-    process-wide ``pool.default_pool()``). ``timing``:
+    process-wide ``pool.default_pool()``). ``max_timeout_s``: a cap on any job's limit (the service's).
+    ``timing``:
     performance-gate options, e.g. ``{"rep_ms": 50, "baseline": False, "host_lead_us": 200}`` (None:
     the gate's defaults, 100 ms per case, the vendor timed beside the candidate, no host lead).
     """
 
     def __init__(self, cache: ResultCache | Path | str | None = None, timeout_s: float | None = None,
                  device: str = "auto", seeds: int = 5, visible_devices: str | None = None,
-                 timing: Mapping[str, Any] | None = None, pool: WorkerPool | None = None) -> None:
+                 timing: Mapping[str, Any] | None = None, pool: WorkerPool | None = None,
+                 max_timeout_s: float | None = None) -> None:
         if device not in ("auto", "cpu"):
             raise ValueError("device must be 'auto' or 'cpu'")
         self.cache = cache if isinstance(cache, ResultCache) or cache is None else ResultCache(cache)
@@ -83,6 +85,7 @@ class LocalValidator:
         self.visible_devices = visible_devices
         self.timing = dict(timing) if timing else None
         self.pool = pool
+        self.max_timeout_s = max_timeout_s
         self.last_cached = False
         self.last_output: JobOutput | None = None
         self._ceilings: dict[str, Any] | None = None
@@ -140,7 +143,8 @@ class LocalValidator:
         ceilings = self.ceilings() if info.cuda and "performance" in wanted else None
         output = validate_job(source, workload, wanted, shape_list, info, timeout_s=timeout_s or self.timeout_s,
                               seeds=self.seeds, ceilings=ceilings, visible_devices=self.visible_devices,
-                              timing=self.timing if "performance" in wanted else None, pool=self.pool)
+                              timing=self.timing if "performance" in wanted else None, pool=self.pool,
+                              max_timeout_s=self.max_timeout_s)
         self.last_output = output
         if self.cache is not None and output.cacheable:
             self.cache.put(key, output.result)

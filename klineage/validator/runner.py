@@ -218,7 +218,7 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
                  device: DeviceInfo, timeout_s: float | None = None, seeds: int = 5,
                  ceilings: Mapping[str, Any] | None = None, visible_devices: str | None = None,
                  keep_workdir: bool = False, timing: Mapping[str, Any] | None = None,
-                 pool: WorkerPool | None = None) -> JobOutput:
+                 pool: WorkerPool | None = None, max_timeout_s: float | None = None) -> JobOutput:
     """Run every requested gate on ``source`` and return the gate result document.
 
     This process is the *trusted side*: it parses the candidate (static), makes every input with the
@@ -229,7 +229,8 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
 
     ``gates`` come from ``normalize_gates``; ``device`` from ``probe_device``. On a CPU device the worker
     runs under ``TRITON_INTERPRET=1`` (the compile gate in a compile-mode worker). ``timeout_s``
-    overrides the derived time limit (``trusted.job_time_limit``). ``timing``: performance-gate options
+    overrides the derived time limit (``trusted.job_time_limit``); ``max_timeout_s`` caps either.
+    ``timing``: performance-gate options
     (``rep_ms``, ``baseline``, ``host_lead_us``).
     """
     sha = kernel_sha(source)
@@ -246,7 +247,7 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
     start = time.monotonic()
     if report.ok and remaining:
         lost_gate = _run_gates(source, workload, remaining, shapes, device, timeout_s, seeds, ceilings,
-                               visible_devices, timing, pool, report.uses_dot, outcomes, notes)
+                               visible_devices, timing, pool, report.uses_dot, outcomes, notes, max_timeout_s)
         if lost_gate:
             cacheable = False
     failed: str | None = None
@@ -274,7 +275,8 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
 def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes: Sequence[Mapping] | None,
                device: DeviceInfo, timeout_s: float | None, seeds: int, ceilings: Mapping[str, Any] | None,
                visible_devices: str | None, timing: Mapping[str, Any] | None, pool: WorkerPool | None,
-               uses_dot: bool, outcomes: dict[str, GateOutcome], notes: dict[str, Any]) -> str | None:
+               uses_dot: bool, outcomes: dict[str, GateOutcome], notes: dict[str, Any],
+               max_timeout_s: float | None = None) -> str | None:
     """Run the worker gates in order, filling ``outcomes``; the gate during which the worker was lost."""
     from klineage.validator.checks import CandidateError, Findings
     from klineage.validator.trusted import RemoteCandidate, TimeLimit, job_time_limit, load_trusted_reference
@@ -290,6 +292,8 @@ def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes:
         limit = TimeLimit(float(timeout_s), "given by the caller")
     else:
         limit = job_time_limit(reference, manifest.dtypes, grid, remaining, on_gpu, seeds, ceilings, rep_ms)
+    if max_timeout_s and limit.seconds > max_timeout_s:
+        limit = TimeLimit(float(max_timeout_s), f"{limit.basis}; capped at {max_timeout_s:g} s")
     deadline = time.monotonic() + limit.seconds
     pool = pool or default_pool()
     # Triton binds its own @jit helpers to one mode at import: without a GPU the compile gate runs in a

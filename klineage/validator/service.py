@@ -11,6 +11,12 @@ Endpoints
   ``{"id", "status"}`` when the job has not finished within ``min(wait_s, max_sync_wait_s)``.
 * ``GET /v1/info`` — GPU, versions, device ceilings, workloads, limits. ``GET /healthz``.
 
+With ``$KLINEAGE_VALIDATOR_TOKEN`` set (``ServiceConfig.token``), the job endpoints need
+``Authorization: Bearer <token>`` (401 otherwise; ``/healthz`` and ``/v1/info`` stay open), and the
+service refuses to listen beyond the loopback interface without one. Server-side caps: body size
+(413), ``timeout_s`` and the derived time limit (``max_job_timeout_s``), elements per requested shape
+(422), and a bounded queue: a new job when ``max_queued`` jobs are already waiting is answered 429.
+
 Workloads are named, never sent: ``workload`` is a folder name under one of the roots in
 ``KLINEAGE_WORKLOADS`` (``os.pathsep``-separated; default ``./workloads`` and ``./heldout``), because
 workload code (``reference.py``) runs in the workers. A request that is refused — body over the size
@@ -26,7 +32,9 @@ Results are cached in SQLite (``KLINEAGE_VALIDATOR_CACHE``, default ``.klineage/
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
+import math
 import os
 import queue
 import re
@@ -49,6 +57,7 @@ from klineage.validator.runner import ValidationRequestError
 from klineage.validator.sandbox import kill_live_workers
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+TOKEN_ENV = "KLINEAGE_VALIDATOR_TOKEN"
 
 
 def default_workload_roots() -> list[Path]:
@@ -74,6 +83,9 @@ class ServiceConfig:
     device: str = "auto"
     max_jobs_kept: int = 10_000
     measure_ceilings_at_start: bool = True
+    token: str | None = field(default_factory=lambda: os.environ.get(TOKEN_ENV) or None)
+    max_queued: int = 64
+    max_shape_elements: int = 1 << 31
 
 
 @dataclass
@@ -139,7 +151,8 @@ class JobManager:
         for i in range(count):
             visible = str(i) if info.cuda and count > 1 else None
             validator = LocalValidator(cache=self.cache, timeout_s=self.config.job_timeout_s,
-                                       device=self.config.device, visible_devices=visible)
+                                       device=self.config.device, visible_devices=visible,
+                                       max_timeout_s=self.config.max_job_timeout_s)
             self.validators.append(validator)
             thread = threading.Thread(target=self._work, args=(validator, i == 0), daemon=True,
                                       name=f"klineage-validator-{i}")
@@ -217,6 +230,11 @@ class JobManager:
                                     or not 0 < timeout <= self.config.max_job_timeout_s):
             limit = self.config.max_job_timeout_s
             raise RequestRefused(422, f"timeout_s must be a number of seconds in (0, {limit:g}]")
+        for i, shape in enumerate(shapes or ()):
+            elements = math.prod(int(v) for v in shape.values() if not isinstance(v, bool))
+            if elements > self.config.max_shape_elements:
+                raise RequestRefused(422, f"shapes[{i}] has {elements} elements, over the server's limit of "
+                                     f"{self.config.max_shape_elements}")
         expected = body.get("manifest_sha")
         if expected is not None and expected != workload.manifest_sha:
             raise RequestRefused(409, f"workload {workload.name!r} on the server differs from the client's copy "
@@ -231,6 +249,9 @@ class JobManager:
                 job.finished = job.started = time.time()
                 job.done.set()
             else:
+                if self.queue.qsize() >= self.config.max_queued:
+                    raise RequestRefused(429, f"the queue is full ({self.config.max_queued} jobs waiting); "
+                                         "retry later")
                 job.payload = (source, folder, gates, shapes, timeout)
                 self.inflight[key] = job
             self.jobs[job.id] = job
@@ -309,16 +330,29 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
                 "workloads": manager.workload_names(),
                 "workload_roots": [str(p) for p in config.workload_roots],
                 "limits": {"max_body_bytes": config.max_body_bytes, "max_sync_wait_s": config.max_sync_wait_s,
-                           "job_timeout_s": config.job_timeout_s}}
+                           "job_timeout_s": config.job_timeout_s, "max_job_timeout_s": config.max_job_timeout_s,
+                           "max_queued": config.max_queued, "max_shape_elements": config.max_shape_elements,
+                           "token_required": config.token is not None}}
+
+    def authorize(request: Request) -> None:
+        if config.token is None:
+            return
+        header = request.headers.get("authorization", "")
+        if not header.startswith("Bearer ") or not hmac.compare_digest(header.removeprefix("Bearer ").strip(),
+                                                                        config.token):
+            raise RequestRefused(401, f"this validator needs the header 'Authorization: Bearer <token>' "
+                                 f"matching ${TOKEN_ENV}")
 
     @app.post("/v1/jobs", status_code=202)
     async def create_job(request: Request) -> JSONResponse:
+        authorize(request)
         body = await _read_body(request, config.max_body_bytes)
         job = await asyncio.to_thread(manager.submit, body)
         return JSONResponse({"id": job.id, "status": job.status, "cached": job.cached}, status_code=202)
 
     @app.get("/v1/jobs/{job_id}")
-    async def get_job(job_id: str) -> JSONResponse:
+    async def get_job(job_id: str, request: Request) -> JSONResponse:
+        authorize(request)
         job = manager.jobs.get(job_id)
         if job is None:
             return _error(404, f"unknown job {job_id!r}")
@@ -326,6 +360,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
 
     @app.post("/v1/validate")
     async def validate(request: Request) -> JSONResponse:
+        authorize(request)
         body = await _read_body(request, config.max_body_bytes)
         wait = body.get("wait_s", config.max_sync_wait_s)
         if isinstance(wait, bool) or not isinstance(wait, int | float) or wait < 0:
@@ -351,8 +386,13 @@ def _cheap(body: dict[str, Any]) -> bool:
 
 
 def serve(host: str = "127.0.0.1", port: int = 8100, config: ServiceConfig | None = None) -> None:
-    """Run the service with uvicorn (blocking)."""
+    """Run the service with uvicorn (blocking). Refuses to listen beyond the loopback interface without a
+    token (``$KLINEAGE_VALIDATOR_TOKEN``): the service runs submitted code in its workers."""
     import uvicorn
+
+    config = config or ServiceConfig()
+    if config.token is None and host not in ("127.0.0.1", "localhost", "::1"):
+        raise SystemExit(f"refusing to serve on {host} without a token: set ${TOKEN_ENV}")
 
     uvicorn.run(create_app(config), host=host, port=port, log_level="info")
 
