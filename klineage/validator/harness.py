@@ -6,7 +6,8 @@ Imported only in the worker subprocess (it imports torch and triton). Three mech
   ...; ``import`` limited to torch/triton/math): the static gate's rules, enforced a second time.
 * ``LaunchWatch`` wraps Triton's launch entry points at class level (``JITFunction.run``,
   ``InterpretedFunction.run``, ``Autotuner.run``): it counts real launches and marks the time spent
-  inside Triton's own machinery, so that the audit below ignores what Triton itself allocates or copies.
+  inside Triton's own machinery, so that the audit below ignores what Triton itself allocates or copies;
+  with ``pin`` set, every autotuned launch runs that config (index modulo its pruned configs) on its own.
 * ``CandidateAudit`` is a ``TorchDispatchMode`` active while the candidate's ``run`` executes: every
   tensor that the host code allocates with ``empty``/``empty_like``/``new_empty``/``empty_strided`` is
   filled with NaN (integers with their dtype's maximum, booleans with True) so never-written output is
