@@ -5,6 +5,11 @@
   other (the service runs one worker on CPU);
 * jobs per minute on the GPU (when there is one): ``--gpu-jobs N`` of the same, performance gate
   included;
+* seconds per candidate, cold vs warm, split by gate (``--cold-warm N``): *cold* jobs each start a
+  fresh worker pool (worker start, torch/triton import, first compile included); *warm* jobs reuse
+  one pool's workers (after one unmeasured job); per gate the median ``gate_wall_s`` the validator
+  records in each gate's metrics, plus the job's total wall time. ``--cpu`` runs these jobs in
+  interpreter mode even on a GPU machine;
 * latency of a cached result over HTTP: a ``klineage validator serve`` subprocess, one job to fill
   the cache, then ``--http-requests`` identical ``POST /v1/validate`` calls: p50 / p90 / p99 (target:
   p50 < 50 ms).
@@ -51,6 +56,49 @@ def _jobs(count: int, device: str) -> dict[str, Any]:
     return {"device": info.gpu, "versions": info.versions, "jobs": count, "wall_s": total,
             "jobs_per_minute": 60.0 * count / total, "job_p50_s": statistics.median(walls),
             "job_max_s": max(walls), "verdicts": verdicts}
+
+
+def _cold_vs_warm(count: int, device: str) -> dict[str, Any]:
+    from klineage.validator import LocalValidator
+    from klineage.validator.pool import WorkerPool
+
+    source = (ROWSUM / "kernel.py").read_text()
+
+    def one(validator: Any, tag: str) -> dict[str, Any]:
+        start = time.monotonic()
+        result = validator.validate(f"{source}\n# bench {tag} {time.time_ns()}\n", ROWSUM)
+        gates = {g.gate: g.metrics.get("gate_wall_s") for g in result.gates if "gate_wall_s" in g.metrics}
+        return {"wall_s": time.monotonic() - start, "gates": gates, "verdict": result.verdict}
+
+    cold = []
+    for i in range(count):
+        pool = WorkerPool()
+        try:
+            validator = LocalValidator(cache=None, device=device, pool=pool)
+            if validator.device_info().cuda:
+                validator.ceilings()  # not part of the job figures
+            cold.append(one(validator, f"cold {i}"))
+        finally:
+            pool.shutdown()
+    pool = WorkerPool()
+    try:
+        validator = LocalValidator(cache=None, device=device, pool=pool)
+        if validator.device_info().cuda:
+            validator.ceilings()
+        one(validator, "warm-up")
+        warm = [one(validator, f"warm {i}") for i in range(count)]
+        pool_stats = pool.stats()
+    finally:
+        pool.shutdown()
+
+    def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        gates = sorted({g for r in rows for g in r["gates"]})
+        return {"jobs": len(rows), "wall_p50_s": statistics.median(r["wall_s"] for r in rows),
+                "wall_max_s": max(r["wall_s"] for r in rows), "verdicts": [r["verdict"] for r in rows],
+                "gate_p50_s": {g: statistics.median(r["gates"][g] for r in rows if r["gates"].get(g) is not None)
+                               for g in gates}}
+
+    return {"device": device, "cold": summary(cold), "warm": summary(warm), "warm_pool": pool_stats}
 
 
 def _free_port() -> int:
@@ -108,12 +156,16 @@ def main() -> int:
     parser.add_argument("--gpu-jobs", type=int, default=0)
     parser.add_argument("--http-requests", type=int, default=200)
     parser.add_argument("--no-http", action="store_true")
+    parser.add_argument("--cold-warm", type=int, default=0, help="jobs cold and warm, seconds split by gate")
+    parser.add_argument("--cpu", action="store_true", help="interpreter mode for the job figures, even on a GPU")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     report: dict[str, Any] = {"machine": f"{platform.node()} ({os.cpu_count()} CPUs)",
                               "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     if args.cpu_jobs:
         report["cpu"] = _jobs(args.cpu_jobs, "cpu")
+    if args.cold_warm:
+        report["cold_warm"] = _cold_vs_warm(args.cold_warm, "cpu" if args.cpu else "auto")
     if args.gpu_jobs:
         from klineage.validator import LocalValidator
 
@@ -129,6 +181,12 @@ def main() -> int:
         if part and "jobs_per_minute" in part:
             print(f"{key} jobs/minute ({part['jobs']} jobs){'':<8} {part['jobs_per_minute']:>12.2f}")
             print(f"{key} job wall p50 (s){'':<17} {part['job_p50_s']:>12.2f}")
+    if "cold_warm" in report:
+        cw = report["cold_warm"]
+        for kind in ("cold", "warm"):
+            print(f"{kind} job wall p50 (s){'':<16} {cw[kind]['wall_p50_s']:>12.2f}")
+            for gate, seconds in cw[kind]["gate_p50_s"].items():
+                print(f"  {kind} {gate} p50 (s){'':<{20 - len(gate)}} {seconds:>12.3f}")
     if "http_cached" in report:
         h = report["http_cached"]
         print(f"cached result over HTTP p50 (ms){'':<2} {h['p50_ms']:>12.2f}")

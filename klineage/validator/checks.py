@@ -1,4 +1,10 @@
-"""The correctness and integrity gates (worker side).
+"""The correctness and integrity gates: trusted side (the process that owns the verdict).
+
+The candidate runs in a worker process (``worker.py``); these functions run in the trusted process and
+talk to it through a ``CandidateRunner`` (``trusted.RemoteCandidate``): they make every input with the
+workload's ``make_inputs``, compute the reference themselves, send the inputs, and judge what comes back.
+Nothing the worker says is taken as a verdict: outputs are compared here; launch counts and the
+host-code audit are the worker's reports, and can only make a candidate fail.
 
 Correctness, for every (shape, dtype) of the grid and ``seeds`` seeds (default 5):
 
@@ -8,31 +14,37 @@ Correctness, for every (shape, dtype) of the grid and ``seeds`` seeds (default 5
   max-subtraction overflow), ``outliers`` (0.5 % of the elements of every floating input, at least one,
   drawn with replacement, set to ±8 × the tensor's largest magnitude). Integer inputs (indices, targets)
   are never changed.
-* the reference runs first, on its own copy of the inputs, and its output stays alive until the
-  candidate has run (so the candidate cannot be handed the reference's freed buffer);
-* the candidate runs on another copy under ``CandidateAudit`` (fresh ``empty*`` memory is NaN);
+* the reference runs here, on this process's own copy of the inputs;
+* the candidate runs in the worker on the copy it was sent, under ``CandidateAudit`` (fresh ``empty*``
+  memory is NaN);
+* an autotuned candidate is run with each of its configs *pinned* (each config its own launch, on the
+  CPU interpreter too): call ``i`` of a (shape, dtype) pins config ``i mod n``; with more configs than
+  seeds, extra calls cycle through the seeds again, so every config meets every (shape, dtype);
 * structure, shape, dtype and device must match; where the reference is not finite the candidate
   must equal it; elsewhere the candidate must be finite and ‖out − ref‖/‖ref‖ ≤ the manifest tolerance
   (integer and boolean outputs must be equal).
 
 A case the interpreter cannot judge (bf16 with ``tl.dot``: DESIGN.md, "Versions and facts") is
-skipped and counted, never passed or failed. When every case is skipped the gate is ``skipped``.
+skipped and counted, never passed or failed. The gate's status: ``pass`` when at least one case was
+compared and none failed (skipped cases are named in the reason); ``skipped`` only under the
+interpreter when *no* case could be judged; on a GPU a correctness gate that compared nothing fails.
 
-Integrity, per (shape, dtype): inputs bitwise unchanged after ``run``; two runs on the same inputs
-bitwise identical; at least one Triton kernel launched by each call; a third call on the same tensors,
-refilled in place with another seed's data, gives that data's answer (no memo by address); and no ATen
-compute op run by the host code in any call so far (the audit, see ``harness.CandidateAudit``).
+Integrity, per (shape, dtype): inputs bitwise unchanged after ``run`` (the worker sends them back);
+two runs on the same tensors bitwise identical; at least one Triton kernel launched by each call; a
+third call on the same tensors, refilled in place with another seed's data, gives that data's answer
+(no memo by address); and no ATen compute op run by the host code in any call so far (the audit).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
 
-from klineage.validator.harness import CandidateAudit, LaunchWatch, one_line
+from klineage.validator.harness import one_line
 
 DISTRIBUTIONS: tuple[str, ...] = ("base", "scaled", "outliers")
 SCALE = 10.0
@@ -149,29 +161,99 @@ def compare(out: Any, ref: Any, tolerance: float) -> float:
     return worst
 
 
+class CandidateError(Exception):
+    """The candidate's ``run`` raised in the worker (or returned something that cannot be sent back)."""
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """What the worker reported for one ``run`` call: outputs (on this process's CPU) and findings."""
+
+    out: Any
+    out_devices: tuple[str, ...]
+    launches: int
+    kernels: Mapping[str, int] = field(default_factory=dict)
+    violations: Mapping[str, int] = field(default_factory=dict)
+    poisoned: int = 0
+    inputs: Any = None
+
+
+class CandidateRunner(Protocol):
+    """The trusted side's handle on a loaded candidate (``trusted.RemoteCandidate``)."""
+
+    configs: int
+
+    def call(self, slot: str, inputs: Sequence[Any] | None = None, config: int | None = None,
+             return_inputs: bool = False) -> CallResult:
+        """Run the candidate on ``inputs`` (None: the slot's tensors again); raise CandidateError."""
+        ...
+
+    def refill(self, slot: str, inputs: Sequence[Any]) -> None:
+        """Copy ``inputs``' data into the slot's tensors in place."""
+        ...
+
+
+@dataclass
+class Findings:
+    """What the worker's audits reported over one job (accumulated across gates)."""
+
+    violations: Counter[str] = field(default_factory=Counter)
+    kernels: Counter[str] = field(default_factory=Counter)
+    poisoned: int = 0
+    pruned_pins: set[int] = field(default_factory=set)
+
+    def add(self, result: CallResult) -> None:
+        """Fold one call's report in."""
+        self.violations.update({str(k): int(v) for k, v in result.violations.items()})
+        self.kernels.update({str(k): int(v) for k, v in result.kernels.items()})
+        self.poisoned += int(result.poisoned)
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
 
 
-def run_correctness(candidate: Any, reference: Any, manifest: Any, shapes: Sequence[dict], device: str,
-                    interpret: bool, uses_dot: bool, watch: LaunchWatch, audits: list[CandidateAudit],
-                    seeds: int = 5) -> dict[str, Any]:
+def _on(value: Any, device: Any) -> Any:
+    return _map_tensors(value, lambda t: t.to(device))
+
+
+def check_devices(result: CallResult, ref: Any) -> None:
+    """The outputs' devices (as the worker reported them) must be the reference's."""
+    expected = tuple(t.device.type for t in _flatten(ref) if isinstance(t, torch.Tensor))
+    if len(result.out_devices) == len(expected) and result.out_devices != expected:
+        raise CaseFailure(f"output device {','.join(result.out_devices)} != expected {','.join(expected)}")
+
+
+def judge(result: CallResult, ref: Any, tolerance: float) -> float:
+    """Compare a worker's outputs with the reference computed here; raise CaseFailure when wrong."""
+    check_devices(result, ref)
+    device = next((t.device for t in _flatten(ref) if isinstance(t, torch.Tensor)), None)
+    out = _on(result.out, device) if device is not None else result.out
+    return compare(out, ref, tolerance)
+
+
+def run_correctness(runner: CandidateRunner, reference: Any, manifest: Any, shapes: Sequence[dict], device: str,
+                    interpret: bool, uses_dot: bool, findings: Findings, seeds: int = 5) -> dict[str, Any]:
     """The correctness gate over ``shapes`` × the manifest's dtypes; returns an outcome dict."""
     worst: dict[str, float] = {}
     judged = 0
     skipped: list[str] = []
-    alive: list[Any] = []
+    configs = max(1, int(runner.configs))
+    calls = max(seeds, configs) if configs > 1 else seeds
     for shape in shapes:
         for dtype in manifest.dtypes:
             if interpret and dtype == "bf16" and uses_dot:
                 skipped.append(case_label(shape, dtype))
                 continue
             tol = float(manifest.tolerance[dtype])
-            for i in range(seeds):
-                seed = 1 + i
-                dist = DISTRIBUTIONS[i % len(DISTRIBUTIONS)]
+            for i in range(calls):
+                seed = 1 + (i % seeds)
+                dist = DISTRIBUTIONS[(seed - 1) % len(DISTRIBUTIONS)]
                 label = case_label(shape, dtype, seed, dist)
+                config = i % configs if configs > 1 else None
+                if config is not None:
+                    label += f" config {config}"
                 try:
                     made = reference.make_inputs(dict(shape), dtype, seed, device=device)
                     inputs = transform_inputs(made, dist, seed)
@@ -180,43 +262,42 @@ def run_correctness(candidate: Any, reference: Any, manifest: Any, shapes: Seque
                 except Exception as exc:
                     return {"status": "fail", "reason": f"the workload's reference failed on {label}: "
                             f"{one_line(exc)}", "metrics": {}}
-                alive.append(ref_out)  # kept alive: its memory cannot be handed to the candidate
-                audit = CandidateAudit(watch)
-                audits.append(audit)
                 try:
-                    with audit:
-                        out = candidate.run(*clone_inputs(inputs))
-                    _sync(device)
-                except Exception as exc:
-                    return {"status": "fail", "reason": f"run raised on {label}: {one_line(exc)}",
+                    result = runner.call("correctness", inputs, config=config)
+                except CandidateError as exc:
+                    return {"status": "fail", "reason": f"run raised on {label}: {exc}",
                             "metrics": {"case": label}}
+                findings.add(result)
                 try:
-                    rel = compare(out, ref_out, tol)
+                    rel = judge(result, ref_out, tol)
                 except CaseFailure as exc:
                     return {"status": "fail", "reason": f"{label}: {exc}", "metrics": {"case": label}}
                 worst[dtype] = max(worst.get(dtype, 0.0), rel)
                 judged += 1
-                alive.clear()
     metrics: dict[str, Any] = {
         "cases": judged, "skipped_cases": skipped, "seeds_per_case": seeds,
         "distributions": list(DISTRIBUTIONS), "max_rel_err": worst,
         "tolerance": {d: manifest.tolerance[d] for d in manifest.dtypes},
         "shapes": [dict(s) for s in shapes], "mode": "interpreter (TRITON_INTERPRET=1)" if interpret else device,
+        "autotune_configs_pinned": configs if configs > 1 else 0,
     }
     skip_note = (f"; not judged: {', '.join(skipped)} (bf16 tl.dot is wrong under the Triton interpreter, "
                  "DESIGN.md)") if skipped else ""
     if judged == 0:
+        if not interpret:
+            return {"status": "fail", "metrics": metrics, "reason": "no case was compared: nothing to judge"}
         return {"status": "skipped", "metrics": metrics,
                 "reason": "interpreter cannot judge any case: bf16 tl.dot is wrong under TRITON_INTERPRET "
                           f"(DESIGN.md); not judged: {', '.join(skipped)}"}
     errs = ", ".join(f"{d} {worst[d]:.2g} <= {manifest.tolerance[d]:g}" for d in worst)
+    pinned = f", each of {configs} autotune configs pinned" if configs > 1 else ""
     return {"status": "pass", "metrics": metrics,
             "reason": f"{judged} cases within tolerance ({len(shapes)} shapes, {seeds} seeds each, "
-                      f"{'/'.join(DISTRIBUTIONS)}); max rel err {errs}{skip_note}"}
+                      f"{'/'.join(DISTRIBUTIONS)}{pinned}); max rel err {errs}{skip_note}"}
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+    return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
 
 
 def _same_bits(a: Any, b: Any) -> bool:
@@ -236,95 +317,79 @@ def _snapshot(value: Any) -> Any:
     return _map_tensors(value, lambda t: t.detach().clone())
 
 
-def run_integrity(candidate: Any, reference: Any, manifest: Any, shapes: Sequence[dict], device: str,
-                  watch: LaunchWatch, audits: list[CandidateAudit], interpret: bool = False,
-                  uses_dot: bool = False) -> dict[str, Any]:
+def run_integrity(runner: CandidateRunner, reference: Any, manifest: Any, shapes: Sequence[dict], device: str,
+                  findings: Findings, interpret: bool = False, uses_dot: bool = False) -> dict[str, Any]:
     """The integrity gate over ``shapes`` × dtypes; returns an outcome dict.
 
-    A third call follows the two identical ones: the same input tensors, refilled in place with another
-    seed's data, must give that data's answer (an output memoized by tensor address does not).
+    A third call follows the two identical ones: the same input tensors (in the worker), refilled in
+    place with another seed's data, must give that data's answer (an output memoized by tensor address
+    does not).
     """
     cases = 0
-    launches: Counter[str] = Counter()
-    earlier = _violations(audits)
-    if earlier:
-        return _violation_outcome(earlier, {"host_op_violations": dict(earlier)})
+    if findings.violations:
+        return _violation_outcome(findings.violations, {"host_op_violations": dict(findings.violations)})
     for shape in shapes:
         for dtype in manifest.dtypes:
             label = case_label(shape, dtype, 4242)
             inputs = reference.make_inputs(dict(shape), dtype, 4242, device=device)
             saved = _snapshot(inputs)
-            audit = CandidateAudit(watch)
-            audits.append(audit)
             try:
-                before = watch.launches
-                with audit:
-                    first = candidate.run(*inputs)
-                _sync(device)
-                first = _snapshot(first)
-                launched = watch.launches - before
-                for i, (now, then) in enumerate(zip(inputs, saved, strict=True)):
+                first = runner.call("integrity", inputs, return_inputs=True)
+                findings.add(first)
+                if first.inputs is None or len(first.inputs) != len(saved):
+                    return {"status": "fail", "metrics": {"case": label},
+                            "reason": f"the worker did not send back the inputs on {label}"}
+                for i, (now, then) in enumerate(zip(first.inputs, saved, strict=True)):
                     if not _same_bits(now, then):
                         return {"status": "fail", "metrics": {"case": label},
                                 "reason": f"run modified its input {i} on {label}"}
-                if launched == 0:
+                if first.launches <= 0:
                     return {"status": "fail", "metrics": {"case": label},
                             "reason": f"run returned without launching a Triton kernel on {label}"}
-                before = watch.launches
-                with audit:
-                    second = candidate.run(*inputs)
-                _sync(device)
-                if watch.launches == before:
+                second = runner.call("integrity")
+                findings.add(second)
+                if second.launches <= 0:
                     return {"status": "fail", "metrics": {"case": label},
                             "reason": f"the second call launched no Triton kernel on {label} (memoized output)"}
-            except Exception as exc:
-                return {"status": "fail", "reason": f"run raised on {label}: {one_line(exc)}",
-                        "metrics": {"case": label}}
-            if not _same_bits(first, second):
+            except CandidateError as exc:
+                return {"status": "fail", "reason": f"run raised on {label}: {exc}", "metrics": {"case": label}}
+            if not _same_bits(first.out, second.out):
                 return {"status": "fail", "metrics": {"case": label},
                         "reason": f"two runs on the same inputs differ on {label} (non-deterministic output)"}
             refill = reference.make_inputs(dict(shape), dtype, 4343, device=device)
             same_layout = all(_same_layout(a, b) for a, b in zip(inputs, refill, strict=True))
             if same_layout and not (interpret and dtype == "bf16" and uses_dot):  # else: not judgeable
-                for now, new in zip(inputs, refill, strict=True):
-                    if isinstance(now, torch.Tensor) and isinstance(new, torch.Tensor):
-                        now.copy_(new)
                 expected = reference.reference(*clone_inputs(refill))
                 try:
-                    with audit:
-                        third = candidate.run(*inputs)
-                    _sync(device)
-                    compare(third, expected, float(manifest.tolerance[dtype]))
+                    runner.refill("integrity", refill)
+                    third = runner.call("integrity")
+                    findings.add(third)
+                    judge(third, expected, float(manifest.tolerance[dtype]))
                 except CaseFailure as exc:
                     return {"status": "fail", "metrics": {"case": label},
                             "reason": f"after the same input tensors were refilled in place on {label}, the output "
                                       f"did not follow ({exc}): output memoized by tensor address"}
-                except Exception as exc:
-                    return {"status": "fail", "reason": f"run raised on {label}: {one_line(exc)}",
+                except CandidateError as exc:
+                    return {"status": "fail", "reason": f"run raised on {label}: {exc}",
                             "metrics": {"case": label}}
             cases += 1
-    violations = _violations(audits)
-    launches.update(watch.kernels)
-    metrics = {"cases": cases, "launches": dict(launches), "host_op_violations": dict(violations),
-               "poisoned_allocations": sum(a.poisoned for a in audits)}
+    violations = findings.violations
+    metrics = {"cases": cases, "launches": dict(findings.kernels), "host_op_violations": dict(violations),
+               "poisoned_allocations": findings.poisoned}
     if violations:
         return _violation_outcome(violations, metrics)
+    if cases == 0:
+        return {"status": "fail", "metrics": metrics, "reason": "no case was checked: nothing to judge"}
     return {"status": "pass", "metrics": metrics,
             "reason": f"{cases} cases: inputs unchanged, two runs bitwise identical, output follows in-place "
-                      f"input changes, {sum(launches.values())} Triton launches, no torch compute in host code"}
+                      f"input changes, {sum(findings.kernels.values())} Triton launches, no torch compute in "
+                      "host code"}
 
 
 def _same_layout(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         return a.shape == b.shape and a.dtype == b.dtype
     return not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor) and a == b
-
-
-def _violations(audits: Sequence[CandidateAudit]) -> Counter[str]:
-    total: Counter[str] = Counter()
-    for audit in audits:
-        total.update(audit.violations)
-    return total
 
 
 def _violation_outcome(violations: Counter[str], metrics: dict[str, Any]) -> dict[str, Any]:

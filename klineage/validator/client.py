@@ -2,8 +2,9 @@
 
 ``ValidatorClient.validate(candidate_source, workload_dir, gates, shapes) -> GateResult``
 
-* ``LocalValidator`` runs jobs from this process — each one still sandboxed in its own worker
-  subprocess — with an optional SQLite result cache.
+* ``LocalValidator`` runs jobs from this process, the *trusted side* (inputs, reference, comparison,
+  verdict, cache), each candidate in a warm sandboxed worker process that only runs it, with an
+  optional SQLite result cache written only here.
 * ``HttpValidator(base_url)`` talks to ``klineage validator serve``. The service refers to workloads by
   *name* (the folder name under its configured roots, ``KLINEAGE_WORKLOADS``): workload code is
   executed by the service's workers, so only workloads that live on the server can be used. When
@@ -26,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 from klineage.schema.gate_result import GATES, GateOutcome, GateResult
 from klineage.schema.ids import kernel_sha, sha256_text
 from klineage.validator.cache import ResultCache
+from klineage.validator.pool import WorkerPool
 from klineage.validator.runner import (
     DeviceInfo,
     JobOutput,
@@ -62,14 +64,18 @@ class LocalValidator:
 
     ``cache``: a ResultCache or a path to its SQLite file (None: no cache). ``device``: ``"auto"`` (the
     GPU when the worker sees one) or ``"cpu"`` (interpreter mode even on a GPU machine).
-    ``timeout_s``: wall-clock limit per job (default 300 s on CPU, 600 s on a GPU). ``timing``:
+    ``timeout_s``: wall-clock limit per job (default: derived from the work, ``trusted.job_time_limit``,
+    and stated in each gate's metrics). ``pool``: the warm worker pool the jobs run in (default: the
+    process-wide ``pool.default_pool()``). ``max_timeout_s``: a cap on any job's limit (the service's).
+    ``timing``:
     performance-gate options, e.g. ``{"rep_ms": 50, "baseline": False, "host_lead_us": 200}`` (None:
     the gate's defaults, 100 ms per case, the vendor timed beside the candidate, no host lead).
     """
 
     def __init__(self, cache: ResultCache | Path | str | None = None, timeout_s: float | None = None,
                  device: str = "auto", seeds: int = 5, visible_devices: str | None = None,
-                 timing: Mapping[str, Any] | None = None) -> None:
+                 timing: Mapping[str, Any] | None = None, pool: WorkerPool | None = None,
+                 max_timeout_s: float | None = None) -> None:
         if device not in ("auto", "cpu"):
             raise ValueError("device must be 'auto' or 'cpu'")
         self.cache = cache if isinstance(cache, ResultCache) or cache is None else ResultCache(cache)
@@ -78,6 +84,8 @@ class LocalValidator:
         self.seeds = seeds
         self.visible_devices = visible_devices
         self.timing = dict(timing) if timing else None
+        self.pool = pool
+        self.max_timeout_s = max_timeout_s
         self.last_cached = False
         self.last_output: JobOutput | None = None
         self._ceilings: dict[str, Any] | None = None
@@ -135,7 +143,8 @@ class LocalValidator:
         ceilings = self.ceilings() if info.cuda and "performance" in wanted else None
         output = validate_job(source, workload, wanted, shape_list, info, timeout_s=timeout_s or self.timeout_s,
                               seeds=self.seeds, ceilings=ceilings, visible_devices=self.visible_devices,
-                              timing=self.timing if "performance" in wanted else None)
+                              timing=self.timing if "performance" in wanted else None, pool=self.pool,
+                              max_timeout_s=self.max_timeout_s)
         self.last_output = output
         if self.cache is not None and output.cacheable:
             self.cache.put(key, output.result)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -229,28 +230,28 @@ def _tuned_keys(tuner: Autotuner) -> set[str]:
     return keys
 
 
-def run_compile_gate(candidate_path: Path, reference: Any, cases: Iterable[tuple[dict, str]], device: str,
-                     on_gpu: bool) -> dict[str, Any]:
+def run_compile_gate(candidate_path: Path, cases: Iterable[tuple[str, tuple]], on_gpu: bool,
+                     module_name: str = "klineage_candidate_compile") -> dict[str, Any]:
     """Run the compile gate; return an outcome dict ``{"status", "reason", "metrics"}``.
 
-    ``cases`` are the (shape, dtype) pairs whose launches define the signatures to compile.
+    ``cases`` are ``(label, inputs)`` pairs, the inputs made by the trusted side from the workload's
+    ``make_inputs``: the launches of ``run`` on them define the signatures to compile.
     """
     previous_interpret = knobs.runtime.interpret
     knobs.runtime.interpret = False
     probe: CompileProbe | None = None
     run_errors: list[str] = []
     try:
-        module = load_candidate(candidate_path, "klineage_candidate_compile")
+        module = load_candidate(candidate_path, module_name)
         probe = CompileProbe(module, on_gpu)
         probe.install()
-        for shape, dtype in cases:
-            inputs = reference.make_inputs(dict(shape), dtype, 0, device=device)
+        for label, inputs in cases:
             before = len(probe.variants)
             try:
                 module.run(*inputs)
             except Exception as exc:
                 if len(probe.variants) == before:
-                    run_errors.append(f"{dtype} {dict(shape)}: {one_line(exc)}")
+                    run_errors.append(f"{label}: {one_line(exc)}")
     except Exception as exc:
         return {"status": "fail", "reason": f"candidate could not be loaded for compilation: {one_line(exc)}",
                 "metrics": {}}
@@ -258,6 +259,7 @@ def run_compile_gate(candidate_path: Path, reference: Any, cases: Iterable[tuple
         if probe is not None:
             probe.uninstall()
         knobs.runtime.interpret = previous_interpret
+        sys.modules.pop(module_name, None)
     variants = list(probe.variants.values())
     if run_errors and not variants:
         return {"status": "fail", "reason": f"run raised before launching any kernel: {run_errors[0]}",

@@ -6,7 +6,8 @@ Imported only in the worker subprocess (it imports torch and triton). Three mech
   ...; ``import`` limited to torch/triton/math): the static gate's rules, enforced a second time.
 * ``LaunchWatch`` wraps Triton's launch entry points at class level (``JITFunction.run``,
   ``InterpretedFunction.run``, ``Autotuner.run``): it counts real launches and marks the time spent
-  inside Triton's own machinery, so that the audit below ignores what Triton itself allocates or copies.
+  inside Triton's own machinery, so that the audit below ignores what Triton itself allocates or copies;
+  with ``pin`` set, every autotuned launch runs that config (index modulo its pruned configs) on its own.
 * ``CandidateAudit`` is a ``TorchDispatchMode`` active while the candidate's ``run`` executes: every
   tensor that the host code allocates with ``empty``/``empty_like``/``new_empty``/``empty_strided`` is
   filled with NaN (integers with their dtype's maximum, booleans with True) so never-written output is
@@ -29,6 +30,7 @@ import torch
 import triton
 from torch.utils._python_dispatch import TorchDispatchMode
 from triton.runtime.autotuner import Autotuner, Heuristics
+from triton.runtime.errors import OutOfResources
 from triton.runtime.jit import JITFunction
 
 from klineage.validator.static import SAFE_BUILTINS
@@ -71,6 +73,8 @@ class LaunchWatch:
         self.kernels: Counter[str] = Counter()
         self._state = _State()
         self._saved: list[tuple[type, str, Any]] = []
+        self.pin: int | None = None  # the autotune config index every autotuned launch uses (None: its own choice)
+        self.pruned_pins: set[int] = set()
 
     @property
     def inside_triton(self) -> bool:
@@ -102,13 +106,28 @@ class LaunchWatch:
         def run(self: Any, *args: Any, **kwargs: Any) -> Any:
             watch._state.depth += 1
             try:
-                if interpret and len(self.configs) > 1:
-                    # Nothing to time under the interpreter: use the first config, as the experts do.
-                    config = self.configs[0]
+                pin = watch.pin
+                if len(self.configs) > 1 and (pin is not None or interpret):
+                    # Pinned: config ``pin`` (modulo the configs left after the autotuner's own pruning),
+                    # launched on its own. Unpinned under the interpreter: the first config (nothing to time).
+                    self.nargs = dict(zip(self.arg_names, args, strict=False))
+                    try:
+                        configs = list(self.prune_configs(kwargs)) or list(self.configs)
+                    finally:
+                        self.nargs = None
+                    config = configs[(pin or 0) % len(configs)]
                     full = {**kwargs, **config.all_kwargs()}
                     if config.pre_hook is not None:
                         config.pre_hook({**dict(zip(self.arg_names, args, strict=False)), **full})
-                    return self.fn.run(*args, **full)
+                    try:
+                        return self.fn.run(*args, **full)
+                    except OutOfResources:
+                        if interpret or pin is None:
+                            raise
+                        # On a GPU a pinned config that does not fit fails hard, where the autotuner would
+                        # skip it: it is not the candidate's error (the compile gate reports it as pruned).
+                        watch.pruned_pins.add(pin % len(configs))
+                        return original(self, *args, **kwargs)
                 return original(self, *args, **kwargs)
             finally:
                 watch._state.depth -= 1
@@ -158,6 +177,11 @@ def _restricted_import(name: str, globals: Any = None, locals: Any = None, froml
                        level: int = 0) -> ModuleType:
     top = name.split(".")[0]
     allowed = name in ("torch", "triton", "math", "triton.language") or name.startswith("triton.language.")
+    if not allowed and level == 0 and top in ("torch", "triton", "numpy") and name in sys.modules:
+        # torch's C++ side imports its own (already loaded) Python modules while a candidate frame is the
+        # innermost one, which makes it use the candidate's builtins: hand back the loaded module.
+        allowed = True
+        top = "torch" if top == "numpy" else top
     if level != 0 or not allowed or top not in ("torch", "triton", "math"):
         raise ImportError(f"import of {name!r} is not allowed in a candidate")
     return builtins.__import__(name, globals, locals, fromlist, level)
@@ -208,6 +232,12 @@ def jit_functions_of(module: ModuleType) -> dict[int, Any]:
                 inner = inner.fn
             table[id(inner)] = value
     return table
+
+
+def autotune_config_count(module: ModuleType) -> int:
+    """The largest number of ``triton.Config`` of any module-level autotuned kernel (1 when none)."""
+    counts = [len(value.configs) for value in vars(module).values() if isinstance(value, Autotuner)]
+    return max(counts, default=1) or 1
 
 
 def kernel_names(module: ModuleType) -> list[str]:

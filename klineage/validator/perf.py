@@ -7,8 +7,9 @@ a 256 MB buffer that flushes the L2, each bracketed by CUDA events; the device i
 after the last end event before any elapsed time is read. Median, p10, p90, min, mean and ``n`` are
 reported in milliseconds.
 
-The gate times the candidate and the workload's ``vendor`` (or ``reference`` when the workload has no
-``vendor``) in the same process on each shape × dtype of the GPU grid; speedup = vendor median /
+The gate times the candidate (in its worker, which sends back the statistics and the last output) and
+the workload's ``vendor`` (or ``reference`` when the workload has no ``vendor``, in the trusted process,
+on the same GPU, under one lock per device) on each shape × dtype of the GPU grid; speedup = vendor median /
 candidate median. With ``flops``/``bytes_moved`` and the ceilings measured on this device
 (``measure_ceilings``: device-to-device copy bandwidth, counting bytes read + written, and the bf16
 ``torch.matmul`` rate at 4096³ and 8192³, best of the two), the roofline floor is
@@ -21,12 +22,13 @@ timed fails here.
 from __future__ import annotations
 
 import statistics
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from klineage.validator.checks import CaseFailure, case_label, clone_inputs, compare
+from klineage.validator.checks import CaseFailure, case_label, clone_inputs
 from klineage.validator.harness import one_line
 
 FLUSH_BYTES = 256 * 1024 * 1024
@@ -121,16 +123,46 @@ def measure_ceilings() -> dict[str, Any]:
                       "8192^3"}
 
 
-def run_performance(candidate: Any, reference: Any, manifest: Any, shapes: Sequence[dict],
-                    ceilings: dict[str, Any] | None, rep_ms: float = 100.0,
-                    time_baseline: bool = True, host_lead_us: float = 0.0) -> dict[str, Any]:
-    """The performance gate over ``shapes`` × dtypes on the GPU; returns an outcome dict.
+_GPU_LOCKS: dict[str, threading.Lock] = {}
+_GPU_LOCKS_GUARD = threading.Lock()
 
+
+def gpu_lock(device: str) -> threading.Lock:
+    """One lock per device: performance gates (candidate and baseline timing) never overlap on a GPU."""
+    with _GPU_LOCKS_GUARD:
+        return _GPU_LOCKS.setdefault(device, threading.Lock())
+
+
+def plausible_stats(stats: Any) -> str | None:
+    """Why the worker's timing statistics are not believable (None when they are)."""
+    if not isinstance(stats, dict):
+        return "no statistics"
+    keys = ("median_ms", "p10_ms", "p90_ms", "min_ms", "mean_ms", "runs")
+    if any(not isinstance(stats.get(k), int | float) or isinstance(stats.get(k), bool) for k in keys):
+        return "statistics are missing or not numbers"
+    values = [float(stats[k]) for k in keys[:5]]
+    if any(v != v or v <= 0 or v == float("inf") for v in values):
+        return "a time is not a positive finite number"
+    if not stats["min_ms"] <= stats["p10_ms"] <= stats["median_ms"] <= stats["p90_ms"] or stats["runs"] < MIN_RUNS:
+        return f"inconsistent statistics (min <= p10 <= median <= p90, >= {MIN_RUNS} runs): {stats}"
+    return None
+
+
+def run_performance(runner: Any, reference: Any, manifest: Any, shapes: Sequence[dict],
+                    ceilings: dict[str, Any] | None, rep_ms: float = 100.0,
+                    time_baseline: bool = True, host_lead_us: float = 0.0, device: str = "cuda") -> dict[str, Any]:
+    """The performance gate over ``shapes`` × dtypes on the GPU (trusted side); returns an outcome dict.
+
+    The candidate is timed in its worker (``runner.time``: CUDA events, the statistics and the last
+    output come back and are checked here); the vendor/reference is timed in this process on the same
+    device, under ``gpu_lock(device)`` so that nothing else runs on the GPU meanwhile.
     ``rep_ms``: timed milliseconds per case (at least ``MIN_RUNS`` runs either way). ``time_baseline``
     False skips timing the vendor/reference (the backward walker compares kernel versions with each
     other; the expert's own job times the vendor): rows then carry no speedup. ``host_lead_us``:
     ``time_cuda``'s GPU lead after each flush (0: the launch path may show in the time).
     """
+    from klineage.validator.checks import CandidateError, judge
+
     vendor = getattr(reference, "vendor", None)
     baseline_name = "vendor" if callable(vendor) else "reference"
     baseline = vendor if callable(vendor) else reference.reference
@@ -142,18 +174,24 @@ def run_performance(candidate: Any, reference: Any, manifest: Any, shapes: Seque
         for dtype in manifest.dtypes:
             label = case_label(shape, dtype)
             try:
-                inputs = reference.make_inputs(dict(shape), dtype, 0, device="cuda")
-                ref_out = reference.reference(*clone_inputs(inputs))
-                torch.cuda.synchronize()
-                cand, last = time_cuda(lambda inputs=inputs: candidate.run(*inputs), rep_ms=rep_ms,
-                                       host_lead_us=host_lead_us)
-                base = time_cuda(lambda inputs=inputs: baseline(*inputs), rep_ms=rep_ms,
-                                 host_lead_us=host_lead_us)[0] if time_baseline else None
+                with gpu_lock(device), torch.cuda.device(torch.device(device)):
+                    inputs = reference.make_inputs(dict(shape), dtype, 0, device=device)
+                    ref_out = reference.reference(*clone_inputs(inputs))
+                    torch.cuda.synchronize()
+                    cand, last = runner.time("performance", inputs, rep_ms=rep_ms, host_lead_us=host_lead_us)
+                    base = time_cuda(lambda inputs=inputs: baseline(*inputs), rep_ms=rep_ms,
+                                     host_lead_us=host_lead_us)[0] if time_baseline else None
+            except CandidateError as exc:
+                return {"status": "fail", "reason": f"timing failed on {label}: {exc}", "metrics": {"rows": rows}}
             except Exception as exc:
                 return {"status": "fail", "reason": f"timing failed on {label}: {one_line(exc)}",
                         "metrics": {"rows": rows}}
+            why = plausible_stats(cand)
+            if why:
+                return {"status": "fail", "metrics": {"rows": rows},
+                        "reason": f"the worker's timing of {label} is not plausible: {why}"}
             try:
-                compare(last, ref_out, float(manifest.tolerance[dtype]))
+                judge(last, ref_out, float(manifest.tolerance[dtype]))
             except CaseFailure as exc:
                 return {"status": "fail", "metrics": {"rows": rows},
                         "reason": f"output of the last timed run is wrong on {label}: {exc}"}

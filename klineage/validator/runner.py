@@ -1,9 +1,11 @@
-"""One validation job, parent side: check the request, run ``static``, sandbox the rest, build the document.
+"""One validation job, trusted side: check the request, run ``static``, drive the worker, decide, build the document.
 
 ``validate_job`` is what ``LocalValidator``, the service's workers and the CLI all call. The candidate
-is never executed in the calling process: only parsed (the static gate). Everything else happens in a
-worker subprocess (``sandbox.run_worker``), whose progress file tells which gate was running when it
-was killed or died.
+is never executed in the calling process: only parsed (the static gate). It runs in a warm worker of
+``pool.WorkerPool`` that only runs it (``worker.py``); this process makes the inputs, runs the
+workload's reference, compares, times the baseline and decides every gate (``checks.py``,
+``perf.py``, ``trusted.py``). Nothing the worker writes (files, logs, exit code) is evidence; a gate
+that did not run is a failure, never a pass. Importing this module does not import torch.
 """
 
 from __future__ import annotations
@@ -12,22 +14,24 @@ import json
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from klineage.schema.errors import ManifestError
 from klineage.schema.gate_result import GATES, GateOutcome, GateResult
 from klineage.schema.ids import canonical_json, kernel_sha, sha256_text
 from klineage.schema.manifest import WorkloadManifest, load_manifest
+from klineage.validator.pool import WorkerLost, WorkerMode, WorkerPool, default_pool
 from klineage.validator.sandbox import clean_env, run_worker
 from klineage.validator.static import check_source
 
-DEFAULT_TIMEOUT_CPU_S = 300.0
-DEFAULT_TIMEOUT_GPU_S = 600.0
-CPU_MEMORY_BYTES = 12 * 1024**3
+if TYPE_CHECKING:
+    from klineage.validator.trusted import RemoteCandidate, TimeLimit
+
 
 
 class ValidationRequestError(ValueError):
@@ -183,29 +187,51 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _read_progress(path: Path) -> list[dict[str, Any]]:
-    events = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return events
-    for line in lines:
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # a line cut short by a kill
-    return events
+def _device_string(device: DeviceInfo, visible_devices: str | None) -> str:
+    """Where the trusted side makes inputs and runs the reference: the job's GPU, or the CPU."""
+    if not device.cuda:
+        return "cpu"
+    first = (visible_devices or "0").split(",")[0].strip()
+    return f"cuda:{int(first)}" if first.isdigit() else "cuda:0"
+
+
+def _lost_outcome(gate: str, lost: WorkerLost, limit: TimeLimit, started: bool) -> GateOutcome:
+    if lost.timed_out:
+        why = f"time limit of {limit.seconds:g} s exceeded; the job was killed"
+    elif lost.signal_name:
+        why = f"the worker died ({lost.signal_name})"
+    elif lost.returncode is not None:
+        why = f"the worker exited with code {lost.returncode}"
+    else:
+        why = lost.why
+    last = [line for line in lost.stderr_tail.strip().splitlines() if line.strip()]
+    detail = f": {last[-1][:300]}" if last and not lost.timed_out else ""
+    where = f" during {gate}" if started else " before the gate started"
+    if gate == "compile":
+        where += " (which runs the candidate's host code to find its launches)"
+    return GateOutcome(gate, "fail", f"{why}{where}{detail}",
+                       {"timed_out": lost.timed_out, "signal": lost.signal_name, "returncode": lost.returncode,
+                        **limit.metrics()})
 
 
 def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shapes: Sequence[Mapping] | None,
                  device: DeviceInfo, timeout_s: float | None = None, seeds: int = 5,
                  ceilings: Mapping[str, Any] | None = None, visible_devices: str | None = None,
-                 keep_workdir: bool = False, timing: Mapping[str, Any] | None = None) -> JobOutput:
+                 keep_workdir: bool = False, timing: Mapping[str, Any] | None = None,
+                 pool: WorkerPool | None = None, max_timeout_s: float | None = None) -> JobOutput:
     """Run every requested gate on ``source`` and return the gate result document.
 
+    This process is the *trusted side*: it parses the candidate (static), makes every input with the
+    workload's ``make_inputs``, runs the reference, compares, times the baseline and decides each gate.
+    The candidate runs only in a warm worker of ``pool`` (default: the process-wide pool), which answers
+    outputs and findings over a channel (``trusted.RemoteCandidate``). A gate that was requested and did
+    not run is a ``fail`` (never a pass); after a crash or a time-out the result is not cacheable.
+
     ``gates`` come from ``normalize_gates``; ``device`` from ``probe_device``. On a CPU device the worker
-    runs under ``TRITON_INTERPRET=1``. ``timing``: performance-gate options (``rep_ms``, ``baseline``,
-    ``host_lead_us``).
+    runs under ``TRITON_INTERPRET=1`` (the compile gate in a compile-mode worker). ``timeout_s``
+    overrides the derived time limit (``trusted.job_time_limit``); ``max_timeout_s`` caps either.
+    ``timing``: performance-gate options
+    (``rep_ms``, ``baseline``, ``host_lead_us``).
     """
     sha = kernel_sha(source)
     outcomes: dict[str, GateOutcome] = {}
@@ -217,82 +243,13 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
     gpu, versions = device.gpu, dict(device.versions)
     cacheable = True
     notes: dict[str, Any] = {}
-    wall = 0.0
     remaining = [g for g in gates if g != "static"]
+    start = time.monotonic()
     if report.ok and remaining:
-        timeout = timeout_s or (DEFAULT_TIMEOUT_GPU_S if device.cuda else DEFAULT_TIMEOUT_CPU_S)
-        workdir = Path(tempfile.mkdtemp(prefix="klineage-job-"))
-        try:
-            (workdir / "candidate.py").write_text(source, encoding="utf-8")
-            # Without a GPU, Triton cannot compile and interpret in one process (triton.language's own
-            # @jit helpers are bound to one mode at import): compile runs in a first worker, the rest in a
-            # second one under TRITON_INTERPRET=1. With a GPU one worker runs every gate.
-            if device.cuda:
-                phases = [(remaining, False)]
-            else:
-                phases = [(p, i) for p, i in ((["compile"] if "compile" in remaining else [], False),
-                                              ([g for g in remaining if g != "compile"], True)) if p]
-            events: list[dict[str, Any]] = []
-            run = None
-            for index, (phase_gates, interpret) in enumerate(phases):
-                job = {"candidate": str(workdir / "candidate.py"),
-                       "workload_dir": str(workload.manifest.directory), "gates": phase_gates,
-                       "shapes": [dict(s) for s in shapes] if shapes else None, "seeds": seeds,
-                       "interpret": interpret, "ceilings": dict(ceilings) if ceilings else None,
-                       "timing": dict(timing) if timing else None,
-                       "progress": str(workdir / f"progress{index}.jsonl"),
-                       "cpu_seconds": int(timeout) + 30, "memory_bytes": None if device.cuda else CPU_MEMORY_BYTES}
-                (workdir / f"job{index}.json").write_text(json.dumps(job), encoding="utf-8")
-                env = clean_env(workdir, interpret=interpret or not device.cuda, visible_devices=visible_devices)
-                if not interpret:
-                    env.pop("TRITON_INTERPRET", None)
-                run = run_worker([str(workdir / f"job{index}.json")], workdir, env, max(timeout - wall, 1.0))
-                wall += run.wall_s
-                phase_events = _read_progress(workdir / f"progress{index}.jsonl")
-                events.extend(phase_events)
-                done = any(e.get("event") == "done" for e in phase_events)
-                failed = any(e.get("event") == "outcome" and e.get("status") == "fail" for e in phase_events)
-                if not done or failed:
-                    break
-            current: str | None = None
-            for event in events:
-                kind = event.get("event")
-                if kind == "env":
-                    gpu, versions = str(event["gpu"]), {k: str(v) for k, v in event["versions"].items()}
-                elif kind == "start":
-                    current = event["gate"]
-                elif kind == "outcome":
-                    outcomes[event["gate"]] = GateOutcome(event["gate"], event["status"], event.get("reason", ""),
-                                                          event.get("metrics") or {})
-                    current = None
-                elif kind == "ceilings":
-                    notes["ceilings"] = event["ceilings"]
-                elif kind == "done":
-                    current = None
-            assert run is not None
-            finished = bool(events) and events[-1].get("event") == "done"
-            if not finished:
-                cacheable = False
-                if run.timed_out:
-                    why = f"time limit of {timeout:g} s exceeded; the job was killed"
-                elif run.signal_name:
-                    why = f"the worker died ({run.signal_name})"
-                else:
-                    why = f"the worker exited with code {run.returncode}"
-                last = [line for line in run.stderr_tail.strip().splitlines() if line.strip()]
-                detail = f": {last[-1][:300]}" if last and not run.timed_out else ""
-                gate = current or next((g for g in remaining if g not in outcomes), remaining[0])
-                where = f" during {gate}" if current else " before the gate started"
-                if current == "compile":
-                    where += " (which runs the candidate's host code to find its launches)"
-                outcomes[gate] = GateOutcome(gate, "fail", f"{why}{where}{detail}",
-                                             {"wall_s": round(run.wall_s, 2), "timed_out": run.timed_out,
-                                              "signal": run.signal_name, "returncode": run.returncode})
-        finally:
-            if keep_workdir:
-                notes["workdir"] = str(workdir)
-            else:
-                shutil.rmtree(workdir, ignore_errors=True)
+        lost_gate = _run_gates(source, workload, remaining, shapes, device, timeout_s, seeds, ceilings,
+                               visible_devices, timing, pool, report.uses_dot, outcomes, notes, max_timeout_s)
+        if lost_gate:
+            cacheable = False
     failed: str | None = None
     final: list[GateOutcome] = []
     for gate in GATES:
@@ -304,12 +261,130 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
             final.append(GateOutcome(gate, "skipped", "not requested"))
         elif failed is not None:
             final.append(GateOutcome(gate, "skipped", f"earlier gate failed ({failed})"))
-        else:
-            final.append(GateOutcome(gate, "skipped", "the job ended before this gate ran"))
+        else:  # requested, not run, nothing failed before it: never a pass
+            final.append(GateOutcome(gate, "fail", "the job ended before this gate ran"))
+            failed = gate
             cacheable = False
+    if keep_workdir:
+        notes.setdefault("workdir", None)
     result = GateResult(kernel_sha=sha, gpu=gpu, versions=versions, gates=tuple(final),
                         workload=workload.name, date=_now())
-    return JobOutput(result=result, cacheable=cacheable, wall_s=wall, notes=notes)
+    return JobOutput(result=result, cacheable=cacheable, wall_s=time.monotonic() - start, notes=notes)
+
+
+def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes: Sequence[Mapping] | None,
+               device: DeviceInfo, timeout_s: float | None, seeds: int, ceilings: Mapping[str, Any] | None,
+               visible_devices: str | None, timing: Mapping[str, Any] | None, pool: WorkerPool | None,
+               uses_dot: bool, outcomes: dict[str, GateOutcome], notes: dict[str, Any],
+               max_timeout_s: float | None = None) -> str | None:
+    """Run the worker gates in order, filling ``outcomes``; the gate during which the worker was lost."""
+    from klineage.validator.checks import CandidateError, Findings
+    from klineage.validator.trusted import RemoteCandidate, TimeLimit, job_time_limit, load_trusted_reference
+
+    manifest = workload.manifest
+    on_gpu = device.cuda
+    where = _device_string(device, visible_devices)
+    reference = load_trusted_reference(manifest.reference_path)
+    grid = [dict(s) for s in (shapes or (manifest.shapes if on_gpu else manifest.cpu_shapes))]
+    timing = dict(timing or {})
+    rep_ms = float(timing.get("rep_ms", 100.0))
+    if timeout_s:
+        limit = TimeLimit(float(timeout_s), "given by the caller")
+    else:
+        limit = job_time_limit(reference, manifest.dtypes, grid, remaining, on_gpu, seeds, ceilings, rep_ms)
+    if max_timeout_s and limit.seconds > max_timeout_s:
+        limit = TimeLimit(float(max_timeout_s), f"{limit.basis}; capped at {max_timeout_s:g} s")
+    deadline = time.monotonic() + limit.seconds
+    pool = pool or default_pool()
+    # Triton binds its own @jit helpers to one mode at import: without a GPU the compile gate runs in a
+    # compile-mode worker and the rest in an interpreter-mode one; with a GPU one worker runs every gate.
+    if on_gpu:
+        phases = [(remaining, WorkerMode(interpret=False, visible_devices=visible_devices))]
+    else:
+        phases = [(p, m) for p, m in ((["compile"] if "compile" in remaining else [],
+                                       WorkerMode(interpret=False, cpu_only=True)),
+                                      ([g for g in remaining if g != "compile"], WorkerMode(interpret=True)))
+                  if p]
+    findings = Findings()
+    cpu_seconds = int(limit.seconds) + 30
+    for phase_gates, mode in phases:
+        current = phase_gates[0]
+        started = False
+        try:
+            with pool.worker(mode) as worker:
+                job_dir = Path(tempfile.mkdtemp(prefix="job-", dir=worker.dir))
+                try:
+                    (job_dir / "candidate.py").write_text(source, encoding="utf-8")
+                    candidate = RemoteCandidate(worker, job_dir, deadline, where)
+                    needs_module = any(g != "compile" for g in phase_gates)
+                    try:
+                        candidate.load(compile_only=not needs_module, cpu_seconds=cpu_seconds)
+                        load_error = None
+                    except CandidateError as exc:
+                        load_error = str(exc)
+                    for gate in phase_gates:
+                        current, started = gate, True
+                        gate_start = time.monotonic()
+                        outcome = _one_gate(gate, candidate, load_error, reference, manifest, grid, where,
+                                            on_gpu, uses_dot, findings, seeds, ceilings, timing, rep_ms)
+                        metrics = {**outcome.get("metrics", {}), **limit.metrics(),
+                                   "gate_wall_s": round(time.monotonic() - gate_start, 3)}
+                        outcomes[gate] = GateOutcome(gate, outcome["status"], outcome.get("reason", ""), metrics)
+                        if outcome["status"] == "fail":
+                            break
+                    cuda_error = candidate.unload()
+                    if cuda_error:
+                        notes["cuda_error"] = cuda_error
+                        worker.kill()  # a sticky CUDA error: this worker's context is unusable
+                finally:
+                    shutil.rmtree(job_dir, ignore_errors=True)
+        except WorkerLost as lost:
+            outcomes[current] = _lost_outcome(current, lost, limit, started)
+            return current
+        if any(o.status == "fail" for o in outcomes.values()):
+            break
+    return None
+
+
+def _one_gate(gate: str, candidate: RemoteCandidate, load_error: str | None, reference: Any, manifest: Any,
+              grid: list[dict], where: str, on_gpu: bool, uses_dot: bool, findings: Any, seeds: int,
+              ceilings: Mapping[str, Any] | None, timing: Mapping[str, Any], rep_ms: float) -> dict[str, Any]:
+    """One worker gate, decided here; WorkerLost propagates."""
+    from klineage.validator.checks import CandidateError, run_correctness, run_integrity
+    from klineage.validator.harness import one_line
+
+    try:
+        if gate == "compile":
+            cases = [(f"{d} {dict(s)}", tuple(reference.make_inputs(dict(s), d, 0, device=where)))
+                     for s in grid for d in manifest.dtypes]
+            try:
+                return candidate.compile(cases)
+            except CandidateError as exc:
+                return {"status": "fail", "reason": f"compile could not complete: {exc}", "metrics": {}}
+        if gate == "performance" and not on_gpu:
+            return {"status": "skipped", "reason": "no GPU: interpreter mode, nothing to time", "metrics": {}}
+        if load_error is not None:
+            return {"status": "fail", "reason": f"candidate failed to import: {load_error}", "metrics": {}}
+        if gate == "correctness":
+            return run_correctness(candidate, reference, manifest, grid, where, not on_gpu, uses_dot, findings,
+                                   seeds=seeds)
+        if gate == "integrity":
+            return run_integrity(candidate, reference, manifest, grid, where, findings, interpret=not on_gpu,
+                                 uses_dot=uses_dot)
+        if gate == "performance":
+            from klineage.validator.perf import run_performance
+
+            outcome = run_performance(candidate, reference, manifest, grid, dict(ceilings) if ceilings else None,
+                                      rep_ms=rep_ms, time_baseline=bool(timing.get("baseline", True)),
+                                      host_lead_us=float(timing.get("host_lead_us", 0.0)), device=where)
+            if not ceilings:
+                outcome["metrics"]["ceilings_note"] = "no device ceilings given: no roofline"
+            return outcome
+        return {"status": "fail", "reason": f"unknown gate {gate!r}", "metrics": {}}
+    except WorkerLost:
+        raise
+    except Exception as exc:  # a gate that could not check fails; it never passes
+        return {"status": "fail", "reason": f"{gate} could not complete: {one_line(exc)}", "metrics": {}}
 
 
 def measure_device_ceilings(timeout_s: float = 300.0, visible_devices: str | None = None) -> dict[str, Any]:

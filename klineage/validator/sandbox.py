@@ -1,7 +1,7 @@
-"""Run one job in its own worker process: clean environment, own folder, limits, a wall-clock deadline.
+"""The workers' environment (``clean_env``, used by ``pool.py`` for the warm candidate workers) and
+one-shot worker runs (``run_worker``: ``--probe`` and ``--ceilings``, with a wall-clock deadline).
 
-The worker (``python -m klineage.validator.worker``) starts in a new session (its own process group),
-with:
+A worker starts in a new session (its own process group), with:
 
 * an environment built from scratch: ``PATH``, ``HOME``, ``LANG``/``LC_*``, ``CUDA_*``/``NVIDIA_*``/
   ``NCCL_*``/``NVSHMEM_*``/``TORCH_SYMM_MEM_*``, ``TRITON_*`` (except the ones the sandbox sets or that

@@ -11,21 +11,30 @@ Endpoints
   ``{"id", "status"}`` when the job has not finished within ``min(wait_s, max_sync_wait_s)``.
 * ``GET /v1/info`` — GPU, versions, device ceilings, workloads, limits. ``GET /healthz``.
 
+With ``$KLINEAGE_VALIDATOR_TOKEN`` set (``ServiceConfig.token``), the job endpoints need
+``Authorization: Bearer <token>`` (401 otherwise; ``/healthz`` and ``/v1/info`` stay open); serving
+beyond the loopback interface without one prints a warning. Server-side caps: body size
+(413), ``timeout_s`` and the derived time limit (``max_job_timeout_s``), elements per requested shape
+(422), and a bounded queue: a new job when ``max_queued`` jobs are already waiting is answered 429.
+
 Workloads are named, never sent: ``workload`` is a folder name under one of the roots in
 ``KLINEAGE_WORKLOADS`` (``os.pathsep``-separated; default ``./workloads`` and ``./heldout``), because
 workload code (``reference.py``) runs in the workers. A request that is refused — body over the size
 limit (413), not UTF-8 or not JSON (400), unknown gate or bad shapes (422), unknown workload (404),
 malformed manifest (422), manifest differing from the client's copy (409) — creates no job.
 
-Each job runs through ``runner.validate_job``: the candidate is only parsed here; everything else runs
-in a sandboxed worker subprocess, so a hang or crash ends that job and the service answers the next.
+Each job runs through ``runner.validate_job``: this process is the trusted side (inputs, reference,
+comparison, verdict, cache); the candidate runs only in a warm sandboxed worker process
+(``pool.py``), so a hang or crash ends that job (and that worker) and the service answers the next.
 Results are cached in SQLite (``KLINEAGE_VALIDATOR_CACHE``, default ``.klineage/validator/cache.sqlite``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
+import math
 import os
 import queue
 import re
@@ -43,10 +52,12 @@ from fastapi.responses import JSONResponse
 from klineage.schema.gate_result import GATES
 from klineage.validator.cache import ResultCache
 from klineage.validator.client import LocalValidator
+from klineage.validator.pool import shutdown_default_pool
 from klineage.validator.runner import ValidationRequestError
 from klineage.validator.sandbox import kill_live_workers
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+TOKEN_ENV = "KLINEAGE_VALIDATOR_TOKEN"
 
 
 def default_workload_roots() -> list[Path]:
@@ -72,6 +83,9 @@ class ServiceConfig:
     device: str = "auto"
     max_jobs_kept: int = 10_000
     measure_ceilings_at_start: bool = True
+    token: str | None = field(default_factory=lambda: os.environ.get(TOKEN_ENV) or None)
+    max_queued: int = 64
+    max_shape_elements: int = 1 << 31
 
 
 @dataclass
@@ -137,7 +151,8 @@ class JobManager:
         for i in range(count):
             visible = str(i) if info.cuda and count > 1 else None
             validator = LocalValidator(cache=self.cache, timeout_s=self.config.job_timeout_s,
-                                       device=self.config.device, visible_devices=visible)
+                                       device=self.config.device, visible_devices=visible,
+                                       max_timeout_s=self.config.max_job_timeout_s)
             self.validators.append(validator)
             thread = threading.Thread(target=self._work, args=(validator, i == 0), daemon=True,
                                       name=f"klineage-validator-{i}")
@@ -149,6 +164,7 @@ class JobManager:
         for _ in self.threads:
             self.queue.put(None)
         kill_live_workers()
+        shutdown_default_pool()
 
     def _work(self, validator: LocalValidator, first: bool) -> None:
         if first and self.config.measure_ceilings_at_start and validator.device_info().cuda:
@@ -214,6 +230,11 @@ class JobManager:
                                     or not 0 < timeout <= self.config.max_job_timeout_s):
             limit = self.config.max_job_timeout_s
             raise RequestRefused(422, f"timeout_s must be a number of seconds in (0, {limit:g}]")
+        for i, shape in enumerate(shapes or ()):
+            elements = math.prod(int(v) for v in shape.values() if not isinstance(v, bool))
+            if elements > self.config.max_shape_elements:
+                raise RequestRefused(422, f"shapes[{i}] has {elements} elements, over the server's limit of "
+                                     f"{self.config.max_shape_elements}")
         expected = body.get("manifest_sha")
         if expected is not None and expected != workload.manifest_sha:
             raise RequestRefused(409, f"workload {workload.name!r} on the server differs from the client's copy "
@@ -228,6 +249,9 @@ class JobManager:
                 job.finished = job.started = time.time()
                 job.done.set()
             else:
+                if self.queue.qsize() >= self.config.max_queued:
+                    raise RequestRefused(429, f"the queue is full ({self.config.max_queued} jobs waiting); "
+                                         "retry later")
                 job.payload = (source, folder, gates, shapes, timeout)
                 self.inflight[key] = job
             self.jobs[job.id] = job
@@ -306,16 +330,29 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
                 "workloads": manager.workload_names(),
                 "workload_roots": [str(p) for p in config.workload_roots],
                 "limits": {"max_body_bytes": config.max_body_bytes, "max_sync_wait_s": config.max_sync_wait_s,
-                           "job_timeout_s": config.job_timeout_s}}
+                           "job_timeout_s": config.job_timeout_s, "max_job_timeout_s": config.max_job_timeout_s,
+                           "max_queued": config.max_queued, "max_shape_elements": config.max_shape_elements,
+                           "token_required": config.token is not None}}
+
+    def authorize(request: Request) -> None:
+        if config.token is None:
+            return
+        header = request.headers.get("authorization", "")
+        if not header.startswith("Bearer ") or not hmac.compare_digest(header.removeprefix("Bearer ").strip(),
+                                                                        config.token):
+            raise RequestRefused(401, f"this validator needs the header 'Authorization: Bearer <token>' "
+                                 f"matching ${TOKEN_ENV}")
 
     @app.post("/v1/jobs", status_code=202)
     async def create_job(request: Request) -> JSONResponse:
+        authorize(request)
         body = await _read_body(request, config.max_body_bytes)
         job = await asyncio.to_thread(manager.submit, body)
         return JSONResponse({"id": job.id, "status": job.status, "cached": job.cached}, status_code=202)
 
     @app.get("/v1/jobs/{job_id}")
-    async def get_job(job_id: str) -> JSONResponse:
+    async def get_job(job_id: str, request: Request) -> JSONResponse:
+        authorize(request)
         job = manager.jobs.get(job_id)
         if job is None:
             return _error(404, f"unknown job {job_id!r}")
@@ -323,6 +360,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
 
     @app.post("/v1/validate")
     async def validate(request: Request) -> JSONResponse:
+        authorize(request)
         body = await _read_body(request, config.max_body_bytes)
         wait = body.get("wait_s", config.max_sync_wait_s)
         if isinstance(wait, bool) or not isinstance(wait, int | float) or wait < 0:
@@ -348,8 +386,17 @@ def _cheap(body: dict[str, Any]) -> bool:
 
 
 def serve(host: str = "127.0.0.1", port: int = 8100, config: ServiceConfig | None = None) -> None:
-    """Run the service with uvicorn (blocking)."""
+    """Run the service with uvicorn (blocking). Warns when listening beyond the loopback interface without
+    a token (``$KLINEAGE_VALIDATOR_TOKEN``): the service runs submitted code in its workers (the compose
+    file binds 0.0.0.0 inside its container and publishes the port on the host's loopback only)."""
+    import sys
+
     import uvicorn
+
+    config = config or ServiceConfig()
+    if config.token is None and host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"WARNING: serving on {host} without a token: anyone who reaches the port can run code in the "
+              f"workers; set ${TOKEN_ENV}", file=sys.stderr)
 
     uvicorn.run(create_app(config), host=host, port=port, log_level="info")
 

@@ -85,6 +85,87 @@ SAFE_BUILTINS: tuple[str, ...] = (
 )
 
 
+# -- the whitelist --------------------------------------------------------------------------------------
+# triton.language names a kernel may use: the public functions, types and dtypes of ``triton.language``
+# (Triton 3.6 ``__all__``) minus its module-valued entries (``extra``, ``math``, ``target_info``) and
+# ``core`` (whose attributes reach ``builtins``); ``tl.math.<fn>`` and ``libdevice.<fn>`` are separate.
+TL_ALLOWED: frozenset[str] = frozenset({
+    "PropagateNan", "TRITON_MAX_TENSOR_NUMEL", "abs", "add", "advance", "arange", "argmax", "argmin",
+    "associative_scan", "assume", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min",
+    "atomic_or", "atomic_xchg", "atomic_xor", "bfloat16", "bitonic_merge", "block_type", "broadcast",
+    "broadcast_to", "cast", "cat", "cdiv", "ceil", "clamp", "condition", "const", "constexpr", "constexpr_type",
+    "cos", "cumprod", "cumsum", "debug_barrier", "device_assert", "device_print", "div_rn", "dot", "dot_scaled",
+    "dtype", "erf", "exp", "exp2", "expand_dims", "fdiv", "flip", "float16", "float32", "float64", "float8e4b15",
+    "float8e4b8", "float8e4nv", "float8e5", "float8e5b16", "floor", "fma", "full", "gather", "histogram",
+    "int1", "int16", "int32", "int64", "int8", "interleave", "join", "load", "load_tensor_descriptor", "log",
+    "log2", "make_block_ptr", "make_tensor_descriptor", "map_elementwise", "max", "max_constancy",
+    "max_contiguous", "maximum", "min", "minimum", "mul", "multiple_of", "num_programs", "pair_uniform_to_normal",
+    "permute", "philox", "philox_impl", "pi32_t", "pointer_type", "program_id", "rand", "rand4x", "randint",
+    "randint4x", "randn", "randn4x", "range", "ravel", "reduce", "reduce_or", "reshape", "rsqrt", "sigmoid",
+    "sin", "slice", "softmax", "sort", "split", "sqrt", "sqrt_rn", "static_assert", "static_print",
+    "static_range", "store", "store_tensor_descriptor", "sub", "sum", "swizzle2d", "tensor", "tensor_descriptor",
+    "topk", "trans", "tuple", "uint16", "uint32", "uint64", "uint8", "uint_to_uniform_float", "umulhi", "view",
+    "void", "where", "xor_sum", "zeros", "zeros_like",
+})
+TL_MATH_ALLOWED: frozenset[str] = frozenset({
+    "abs", "ceil", "cos", "div_rn", "erf", "exp", "exp2", "fdiv", "floor", "fma", "log", "log2", "rsqrt", "sin",
+    "sqrt", "sqrt_rn", "umulhi",
+})
+MATH_ALLOWED: frozenset[str] = frozenset({
+    "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "cbrt", "ceil", "comb", "copysign", "cos", "cosh",
+    "degrees", "dist", "e", "erf", "erfc", "exp", "exp2", "expm1", "fabs", "factorial", "floor", "fmod", "frexp",
+    "fsum", "gamma", "gcd", "hypot", "inf", "isclose", "isfinite", "isinf", "isnan", "isqrt", "lcm", "ldexp",
+    "lgamma", "log", "log10", "log1p", "log2", "modf", "nan", "nextafter", "perm", "pi", "pow", "prod", "radians",
+    "remainder", "sin", "sinh", "sqrt", "tan", "tanh", "tau", "trunc", "ulp",
+})
+LIBDEVICE = "triton.language.extra.libdevice"
+"""``from triton.language.extra import libdevice``: a module of device functions only (no module-valued
+attribute in Triton 3.6); any public lowercase name under it is a function."""
+MODULE_PATHS: frozenset[str] = frozenset({
+    "torch", "triton", "triton.language", "math", "triton.language.math", "triton.language.extra", LIBDEVICE,
+    "torch.cuda",
+})
+"""Modules a candidate can name. A module may only be used as ``module.<name>``: never bound to another
+name, passed, returned or stored (``T = torch`` is refused), so every use is a checked attribute chain."""
+# Attributes host code may read on values (tensors, dtypes, devices, device properties, finfo, autotuner
+# configs, dicts, lists, strings): metadata, views, allocation, conversions. Nothing else.
+HOST_ATTRS: frozenset[str] = frozenset({
+    "shape", "stride", "dtype", "device", "contiguous", "is_contiguous", "view", "view_as", "reshape", "numel",
+    "dim", "ndim", "size", "element_size", "itemsize", "is_floating_point", "is_complex", "is_signed", "is_cuda",
+    "type", "index", "to", "float", "half", "bfloat16", "double", "int", "long", "bool", "t", "T", "mT",
+    "transpose", "permute", "expand", "expand_as", "unsqueeze", "squeeze", "flatten", "unflatten", "narrow",
+    "select", "split", "chunk", "unbind", "as_strided", "new_empty", "new_zeros", "new_ones", "new_full", "zero_",
+    "fill_", "detach", "clone", "data_ptr", "storage_offset", "get_device", "requires_grad",
+    "multi_processor_count", "name", "major", "minor", "total_memory", "warp_size", "L2_cache_size",
+    "regs_per_multiprocessor", "max_threads_per_multi_processor", "shared_memory_per_block_optin",
+    "max", "min", "eps", "tiny", "bits", "resolution", "smallest_normal",
+    "fn", "configs", "kwargs", "all_kwargs", "num_warps", "num_stages", "num_ctas", "maxnreg",
+    "get", "items", "keys", "values", "setdefault", "pop", "append", "extend", "update", "clear", "insert",
+    "count", "startswith", "endswith", "lower", "upper", "strip", "join",
+    "element_ty", "primitive_bitwidth", "value",
+})
+# Attributes kernel code may read on values: the methods of ``tl.tensor``, tensor descriptors and dtypes.
+KERNEL_ATTRS: frozenset[str] = frozenset({
+    "T", "abs", "advance", "argmax", "argmin", "associative_scan", "atomic_add", "atomic_and", "atomic_cas",
+    "atomic_max", "atomic_min", "atomic_or", "atomic_xchg", "atomic_xor", "broadcast_to", "cast", "cdiv", "ceil",
+    "cos", "cumprod", "cumsum", "erf", "exp", "exp2", "expand_dims", "flip", "floor", "gather", "histogram",
+    "item", "log", "log2", "logical_and", "logical_or", "max", "min", "permute", "ravel", "reduce", "reduce_or",
+    "reshape", "rsqrt", "sigmoid", "sin", "softmax", "sort", "split", "sqrt", "sqrt_rn", "store", "sum", "to",
+    "trans", "view", "xor_sum", "load", "scatter", "block_shape", "strides", "shape", "dtype", "numel", "type",
+    "value", "element_ty", "primitive_bitwidth", "int_bitwidth", "fp_mantissa_width", "scalar", "name",
+    "is_bf16", "is_block", "is_bool", "is_floating", "is_fp16", "is_fp32", "is_fp64", "is_fp8", "is_int",
+    "is_int1", "is_int16", "is_int32", "is_int64", "is_int8", "is_int_signed", "is_int_unsigned", "is_ptr",
+    "is_standard_floating", "is_uint16", "is_uint32", "is_uint64", "is_uint8", "get_int_max_value",
+    "get_int_min_value", "with_element_ty",
+})
+REFUSED_ATTRS: frozenset[str] = frozenset({
+    "from_file", "untyped_storage", "storage", "_typed_storage", "share_memory_", "is_shared", "from_buffer",
+    "frombuffer", "numpy", "tolist", "tofile", "ctypes", "mmap", "handle", "format", "format_map", "load_library",
+    "save", "load", "globals", "modules", "system", "popen",
+})
+"""Never allowed in host code whatever the object (file-backed or shared storage, host copies, I/O)."""
+
+
 @dataclass
 class StaticReport:
     """What the static gate found: ``ok``, the first ``reason`` when not, and facts about the source."""
@@ -122,12 +203,30 @@ def _dotted(node: ast.AST) -> list[str] | None:
     return None
 
 
+def _bound_names(tree: ast.AST) -> set[str]:
+    """Every name the module binds anywhere (assignments, defs, parameters, loop and comprehension
+    targets, imports, ``with ... as``): a name loaded that is none of these must be an allowed builtin."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store | ast.Del):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add(node.asname or node.name.split(".")[0])
+        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+            names.add(node.name)
+    return names
+
+
 def _is_dunder(name: str) -> bool:
     return name.startswith("__")
 
 
 def _import_allowed(module: str) -> bool:
-    return module in ALLOWED_MODULES or module.startswith("triton.language.")
+    return module in ALLOWED_MODULES or module in MODULE_PATHS
 
 
 class _Checker:
@@ -139,6 +238,7 @@ class _Checker:
         self.kernels: dict[str, ast.FunctionDef] = {}
         self.functions: dict[str, ast.FunctionDef] = {}
         self.uses_dot = False
+        self.bound = _bound_names(tree)
 
     # -- imports -----------------------------------------------------------------------------------
     def _imports(self) -> None:
@@ -166,7 +266,7 @@ class _Checker:
                     if alias.name == "*":
                         raise StaticViolation(node, f"'from {module} import *' is not allowed")
                     path = f"{module}.{alias.name}"
-                    if not _import_allowed(path):
+                    if path not in MODULE_PATHS:
                         self._check_path(node, path.split("."), host=True)
                     self.aliases[alias.asname or alias.name] = path
 
@@ -178,40 +278,75 @@ class _Checker:
         return root.split(".") + parts[1:]
 
     def _check_path(self, node: ast.AST, path: list[str], host: bool) -> None:
+        """A chain rooted at a module: allowed only when the whitelist names it (see the tables above)."""
         dotted = ".".join(path)
         if any(_is_dunder(p) for p in path):
             raise StaticViolation(node, f"dunder access '{dotted}' is not allowed")
-        if (path[0] in ("triton",) and len(path) >= 2 and path[1] == "language") or path[0] == "math":
-            if any(p.startswith("_") for p in path[1:]):
-                raise StaticViolation(node, f"private attribute '{dotted}' is not allowed")
-            return
+        if any(p.startswith("_") for p in path[1:]):
+            kind = "private torch attribute" if path[0] == "torch" else "private attribute"
+            raise StaticViolation(node, f"{kind} '{dotted}' is not allowed")
+        if path[:2] == ["triton", "language"]:
+            rest = path[2:]
+            if not rest:
+                return
+            if rest[0] in TL_ALLOWED and all(p in KERNEL_ATTRS for p in rest[1:]):
+                return
+            if rest[0] == "math" and (len(rest) == 1 or (len(rest) == 2 and rest[1] in TL_MATH_ALLOWED)):
+                return
+            if ".".join(path[:4]) == LIBDEVICE and (len(path) == 4 or (len(path) == 5 and path[4].islower()
+                                                                       and path[4] != "core")):
+                return
+            if rest == ["extra"]:
+                return
+            raise StaticViolation(node, f"'{dotted}' is not allowed: only triton.language functions, types and "
+                                  "dtypes (tl.<name>, tl.math.<fn>, libdevice.<fn>), no module-valued attribute")
+        if path[0] == "math":
+            if len(path) == 1 or (len(path) == 2 and path[1] in MATH_ALLOWED):
+                return
+            raise StaticViolation(node, f"'{dotted}' is not allowed: only math functions and constants")
         if path[0] == "triton":
-            if dotted in TRITON_ALLOWED:
+            if dotted in TRITON_ALLOWED or dotted == "triton":
                 return
             raise StaticViolation(node, f"'{dotted}' is not allowed: a candidate may use only triton.jit, "
                                   "autotune, heuristics, Config, cdiv, next_power_of_2, set_allocator and "
                                   "triton.language")
         if path[0] == "torch":
-            if dotted in TORCH_ALLOWED:
+            if dotted in TORCH_ALLOWED or dotted == "torch":
                 return
             for i in range(len(path) - 1, 1, -1):
                 prefix = ".".join(path[:i])
                 if prefix in TORCH_VALUE_PREFIXES:
                     rest = path[i:]
-                    if any(p.startswith("_") or p in COMPUTE_METHODS for p in rest):
+                    if any(p in COMPUTE_METHODS for p in rest):
                         raise StaticViolation(node, f"torch compute op '{dotted}' in host code: the work "
                                               "must be done by a Triton kernel")
-                    return
+                    if all(p in HOST_ATTRS and p not in REFUSED_ATTRS for p in rest):
+                        return
+                    raise StaticViolation(node, f"'{dotted}' is not allowed: only dtype and tensor metadata")
             if any(dotted == s or dotted.startswith(s + ".") for s in TORCH_STREAMY):
                 raise StaticViolation(node, f"'{dotted}': streams, events, graphs and synchronization tricks "
                                       "are not allowed in a candidate")
-            if any(p.startswith("_") for p in path[1:]):
-                raise StaticViolation(node, f"private torch attribute '{dotted}' is not allowed")
             kind = "torch compute op" if (path[-1] in COMPUTE_METHODS or "nn" in path or "linalg" in path
                                           or "fft" in path or "special" in path) else "torch call"
             raise StaticViolation(node, f"{kind} '{dotted}' is not allowed in host code: only allocation "
                                   "(empty/zeros/full/...), dtypes and device properties; the work must be "
                                   "done by a Triton kernel")
+        raise StaticViolation(node, f"'{dotted}' is not allowed")
+
+    def _check_value_attr(self, node: ast.Attribute, in_kernel: bool) -> None:
+        """An attribute read on a value (not a module chain): whitelisted per context."""
+        name = node.attr
+        if name.startswith("_"):
+            raise StaticViolation(node, f"private attribute '.{name}' is not allowed")
+        if in_kernel:
+            if name not in KERNEL_ATTRS:
+                raise StaticViolation(node, f"attribute '.{name}' is not allowed in kernel code: only the "
+                                      "methods of tl.tensor, tensor descriptors and dtypes")
+            return
+        if name in REFUSED_ATTRS or name not in HOST_ATTRS:
+            raise StaticViolation(node, f"attribute '.{name}' is not allowed in host code: only tensor "
+                                  "metadata, views, allocation and conversions (storage, file and host-copy "
+                                  "APIs are refused)")
 
     # -- the walk ----------------------------------------------------------------------------------
     def _is_jit(self, fn: ast.FunctionDef) -> bool:
@@ -256,15 +391,15 @@ class _Checker:
             if parts is not None:
                 canon = self._canonical(parts)
                 if canon is not None:
-                    if canon[:2] != ["triton", "language"] or not in_kernel:
-                        self._check_path(node, canon, host=not in_kernel)
-                    elif any(p.startswith("_") for p in canon[2:]):
-                        raise StaticViolation(node, f"private attribute '{'.'.join(canon)}' is not allowed")
+                    self._check_path(node, canon, host=not in_kernel)
                     if in_kernel and canon[-1] in ("dot", "dot_scaled"):
                         self.uses_dot = True
                     return  # the whole chain is checked; don't re-check its inner parts
+            self._visit(node.value, in_kernel)  # what the attribute is read on is checked first
+            self._check_value_attr(node, in_kernel)
             if in_kernel and node.attr in ("dot", "dot_scaled"):
                 self.uses_dot = True
+            return
         if isinstance(node, ast.Call):
             parts = _dotted(node.func)
             canon = self._canonical(parts) if parts is not None else None
@@ -282,8 +417,15 @@ class _Checker:
                                   "by a Triton kernel")
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             canon = self.aliases.get(node.id)
-            if canon is not None and canon not in ALLOWED_MODULES and not _import_allowed(canon):
+            if canon is not None and canon in MODULE_PATHS:
+                # Reached only when the name is not the root of an attribute chain (chains return above).
+                raise StaticViolation(node, f"module aliasing: the module '{node.id}' may only be used as "
+                                      f"{node.id}.<name>, never bound, passed or stored")
+            if canon is not None:
                 self._check_path(node, canon.split("."), host=not in_kernel)
+            elif node.id not in self.bound and node.id not in SAFE_BUILTINS:
+                raise StaticViolation(node, f"name '{node.id}' is not defined in the candidate and not an "
+                                      "allowed builtin")
         if isinstance(node, ast.FunctionDef):
             for dec in node.decorator_list:
                 self._visit(dec, in_kernel)

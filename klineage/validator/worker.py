@@ -1,18 +1,23 @@
-"""The sandboxed worker: ``python -m klineage.validator.worker JOB.json`` runs one job's gates.
+"""The candidate worker: ``python -m klineage.validator.worker --serve FD`` runs candidates, nothing else.
 
-Runs in its own process (started by ``sandbox.run_worker``) with a clean environment, its own temporary
-folder as working directory and Triton cache, and resource limits it sets on itself before the candidate
-is loaded (address space on CPU, CPU time, no core files). It imports only the standard library, torch,
-triton, numpy and ``klineage.schema``/``klineage.validator`` — so it runs on the GPU machine's plain
-Python without the service's web stack.
+This is the *candidate side* of the validator's trust model (DESIGN.md, "Round 2 — design notes"). A
+warm worker imports torch and triton once, then serves several jobs over the socket ``FD`` (framed
+messages, ``channel.py``); the trusted side (``runner.py``, ``trusted.py``) owns the workload's reference,
+the inputs, the comparison, the timing bookkeeping and the verdict. The worker only
 
-Protocol: the job file (JSON) names the candidate file, the workload folder, the gates to run after
-``static`` (which the parent has already passed), the shapes (or null for the manifest's grid: ``shapes``
-on a GPU, ``cpu_shapes`` under the interpreter), seeds and ceilings. The worker appends JSON lines to the
-job's progress file: ``{"event": "env", ...}`` first, then ``{"event": "start", "gate": g}`` and
-``{"event": "outcome", "gate": g, "status", "reason", "metrics"}`` for each gate, ``{"event": "done"}``
-last. It stops after the first failing gate. The parent reads the file even when the worker was killed
-(time limit) or died (crash, illegal memory access), so the gate that was running is known.
+* ``load``: executes a candidate module (fresh namespace, restricted builtins, a fresh module name, its
+  own job folder as working directory, ``TMPDIR`` and Triton cache, a CPU-time allowance);
+* ``compile``: the compile gate on the inputs it is sent (``compile_gate.py``; a compile-mode worker);
+* ``call``: ``run(*inputs)`` on the inputs it is sent (kept in a named slot so that integrity can call
+  again on the same tensors), under the host-code audit, each autotuned kernel pinned to one config when
+  asked; answers the outputs (``channel.pack``), the launch count and the audit's findings;
+* ``refill``: copies new data into a slot's tensors in place; ``time``: times ``run`` with CUDA events
+  (GPU only) and answers the statistics and the last output;
+* ``unload``: drops the module and its slots, frees CUDA memory, reports whether the CUDA context is
+  still usable (after an illegal address it is not: the pool retires the worker).
+
+Whatever the worker answers is a claim, never a verdict: the trusted side checks it. Its exit code,
+stdout, stderr and files are never evidence.
 
 Other modes: ``--probe`` prints the environment (GPU, versions) as JSON; ``--ceilings`` measures the
 device's copy bandwidth and bf16 GEMM rate and prints them as JSON.
@@ -20,26 +25,18 @@ device's copy bandwidth and bf16 GEMM rate and prints them as JSON.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import platform
+import socket
 import sys
 from pathlib import Path
 from typing import Any
 
-VALIDATOR_VERSION = "1"
-
-
-def _set_limits(job: dict[str, Any]) -> None:
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    cpu = job.get("cpu_seconds")
-    if cpu:
-        resource.setrlimit(resource.RLIMIT_CPU, (int(cpu), int(cpu) + 5))
-    memory = job.get("memory_bytes")
-    if memory:
-        resource.setrlimit(resource.RLIMIT_AS, (int(memory), int(memory)))
+VALIDATOR_VERSION = "1"  # part of every cache key (runner.cache_key via versions): change only on purpose
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def environment() -> dict[str, Any]:
@@ -61,109 +58,262 @@ def environment() -> dict[str, Any]:
             "device_count": torch.cuda.device_count() if cuda else 0}
 
 
-class _Progress:
-    def __init__(self, path: Path) -> None:
-        self.file = path.open("a", encoding="utf-8", buffering=1)
+def _become_subreaper() -> bool:
+    """Make orphaned descendants (a grandchild whose parent exited, setsid or not) children of this
+    process, so that the pool finds and kills them. Linux only; False when unavailable."""
+    try:
+        import ctypes
 
-    def emit(self, **event: Any) -> None:
-        self.file.write(json.dumps(event, default=str) + "\n")
-        self.file.flush()
-        os.fsync(self.file.fileno())
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
-def run_job(job: dict[str, Any]) -> int:
-    """Run the gates of ``job`` (see the module docstring); return the process exit code."""
-    progress = _Progress(Path(job["progress"]))
-    _set_limits(job)
-    import torch
-    from triton import knobs
-
-    from klineage.schema.manifest import load_manifest
-    from klineage.validator.checks import run_correctness, run_integrity
-    from klineage.validator.compile_gate import run_compile_gate
-    from klineage.validator.harness import LaunchWatch, load_candidate, load_reference, one_line
-    from klineage.validator.static import check_source
-
-    env = environment()
-    progress.emit(event="env", **env)
-    on_gpu = bool(env["cuda"])
-    device = "cuda" if on_gpu else "cpu"
-    interpret = not on_gpu and bool(job.get("interpret", True))
-    knobs.runtime.interpret = interpret
-    if interpret and "compile" in job["gates"]:
-        raise RuntimeError("the compile gate cannot run in an interpreter-mode worker")
-    candidate_path = Path(job["candidate"]).resolve()
-    source = candidate_path.read_text(encoding="utf-8")
-    facts = check_source(source)
-    manifest = load_manifest(job["workload_dir"])
-    reference = load_reference(manifest.reference_path)
-    shapes = [dict(s) for s in job.get("shapes") or (manifest.shapes if on_gpu else manifest.cpu_shapes)]
-    seeds = int(job.get("seeds", 5))
-    watch: LaunchWatch | None = None
-    candidate: Any = None
-    audits: list[Any] = []
-
-    def running_candidate() -> Any:
-        nonlocal watch, candidate
-        if candidate is None:
-            watch = LaunchWatch().install(interpret=interpret)
-            candidate = load_candidate(candidate_path, "klineage_candidate")
-        return candidate
-
-    for gate in job["gates"]:
-        progress.emit(event="start", gate=gate)
+def _reap() -> None:
+    """Collect exited children (zombies of killed descendants); never blocks."""
+    while True:
         try:
-            if gate == "compile":
-                outcome = run_compile_gate(candidate_path, reference,
-                                           [(s, d) for s in shapes for d in manifest.dtypes], device, on_gpu)
-            elif gate == "performance" and not on_gpu:
-                outcome = {"status": "skipped", "reason": "no GPU: interpreter mode, nothing to time",
-                           "metrics": {}}
-            else:
-                try:
-                    module = running_candidate()
-                except Exception as exc:
-                    outcome = {"status": "fail", "reason": f"candidate failed to import: {one_line(exc)}",
-                               "metrics": {}}
-                else:
-                    assert watch is not None
-                    if gate == "correctness":
-                        outcome = run_correctness(module, reference, manifest, shapes, device, interpret,
-                                                  facts.uses_dot, watch, audits, seeds=seeds)
-                    elif gate == "integrity":
-                        outcome = run_integrity(module, reference, manifest, shapes, device, watch, audits,
-                                                interpret=interpret, uses_dot=facts.uses_dot)
-                    elif gate == "performance":
-                        from klineage.validator.perf import measure_ceilings, run_performance
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
-                        ceilings = job.get("ceilings")
-                        if not ceilings:
-                            ceilings = measure_ceilings()
-                            progress.emit(event="ceilings", ceilings=ceilings)
-                        timing = job.get("timing") or {}
-                        outcome = run_performance(module, reference, manifest, shapes, ceilings,
-                                                  rep_ms=float(timing.get("rep_ms", 100.0)),
-                                                  time_baseline=bool(timing.get("baseline", True)),
-                                                  host_lead_us=float(timing.get("host_lead_us", 0.0)))
-                    else:
-                        outcome = {"status": "fail", "reason": f"unknown gate {gate!r}", "metrics": {}}
-        except Exception as exc:  # a gate that could not check fails; it never passes
-            outcome = {"status": "fail", "reason": f"{gate} could not complete: {one_line(exc)}",
-                       "metrics": {}}
-        if on_gpu and outcome["status"] == "fail":
+
+class Server:
+    """One warm worker's state: the current job's module, its slots, and the gates' helpers."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        import torch
+        from triton import knobs
+
+        from klineage.validator.harness import LaunchWatch
+
+        self.sock = sock
+        self.torch = torch
+        self.on_gpu = bool(torch.cuda.is_available())
+        self.interpret = bool(knobs.runtime.interpret)
+        self.device = "cuda" if self.on_gpu else "cpu"
+        self.watch = LaunchWatch().install(interpret=self.interpret)
+        self.module: Any = None
+        self.module_name = ""
+        self.job_dir: Path | None = None
+        self.slots: dict[str, Any] = {}
+        self.jobs = 0
+        self.env = environment()
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Run a few host ops under the audit before any candidate, so that torch's lazy imports (which
+        would otherwise happen inside the candidate's frame, under its restricted builtins) are done."""
+        from klineage.validator.harness import CandidateAudit
+
+        torch = self.torch
+        with CandidateAudit(self.watch):
+            x = torch.empty((4, 4), device=self.device)
+            y = torch.zeros_like(x).contiguous().view(-1)
+            z = torch.empty_like(y, dtype=torch.float16)
+            z.copy_(y)
+            _ = (x + 1, y.to(torch.float32), torch.full((2,), 1.0, device=self.device))
+
+    # -- protocol ----------------------------------------------------------------------------------
+    def serve(self) -> int:
+        from klineage.validator.channel import ChannelClosed, recv_message, send_message
+        from klineage.validator.harness import one_line
+
+        send_message(self.sock, {"ok": True, "op": "ready", "pid": os.getpid(), **self.env,
+                                 "interpret": self.interpret})
+        while True:
             try:
-                torch.cuda.synchronize()
-            except Exception as exc:  # a sticky CUDA error (illegal address): say so
-                outcome["metrics"] = {**outcome.get("metrics", {}), "cuda_error": one_line(exc)}
-        progress.emit(event="outcome", gate=gate, **outcome)
-        if outcome["status"] == "fail":
-            break
-    progress.emit(event="done")
-    return 0
+                header, payload = recv_message(self.sock)
+            except ChannelClosed:
+                return 0
+            op = str(header.get("op", ""))
+            handler = getattr(self, f"op_{op}", None)
+            if handler is None:
+                send_message(self.sock, {"ok": False, "error": f"unknown op {op!r}"})
+                continue
+            try:
+                reply, blob = handler(header, payload)
+            except Exception as exc:  # the candidate's failure (or the worker's): reported, never a pass
+                reply, blob = {"ok": False, "error": one_line(exc), "error_type": type(exc).__name__}, b""
+            send_message(self.sock, reply, blob)
+            if op == "quit":
+                return 0
+
+    def op_quit(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+        return {"ok": True}, b""
+
+    def op_env(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+        return {"ok": True, **self.env}, b""
+
+    # -- a job -------------------------------------------------------------------------------------
+    def op_load(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+        """Start a job: its folder, limits, and (unless ``compile_only``) the candidate module."""
+        import resource
+
+        from klineage.validator.harness import autotune_config_count, load_candidate
+
+        self._drop()
+        self.jobs += 1
+        self.job_dir = Path(header["job_dir"]).resolve()
+        os.chdir(self.job_dir)
+        os.environ["TMPDIR"] = str(self.job_dir)
+        os.environ["TRITON_CACHE_DIR"] = str(self.job_dir / "triton-cache")
+        import tempfile
+
+        tempfile.tempdir = str(self.job_dir)
+        cpu = header.get("cpu_seconds")
+        if cpu:
+            used = resource.getrusage(resource.RUSAGE_SELF)
+            spent = int(used.ru_utime + used.ru_stime) + 1
+            _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+            soft = spent + int(cpu)
+            if hard != resource.RLIM_INFINITY and soft > hard:
+                soft = hard
+            resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+        self.module_name = f"klineage_candidate_{os.getpid()}_{self.jobs}"
+        self.watch.pin = None
+        self.watch.pruned_pins.clear()
+        if header.get("compile_only"):
+            return {"ok": True, "configs": 1}, b""
+        self.module = load_candidate(self.job_dir / "candidate.py", self.module_name)
+        return {"ok": True, "configs": autotune_config_count(self.module)}, b""
+
+    def op_compile(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+        from klineage.validator.channel import unpack
+        from klineage.validator.compile_gate import run_compile_gate
+
+        if self.interpret:
+            raise RuntimeError("the compile gate cannot run in an interpreter-mode worker")
+        assert self.job_dir is not None
+        cases = unpack(payload, self.device)
+        outcome = run_compile_gate(self.job_dir / "candidate.py", [(str(label), tuple(inputs))
+                                                                   for label, inputs in cases],
+                                   self.on_gpu, module_name=f"{self.module_name}_compile")
+        return {"ok": True, "outcome": outcome}, b""
+
+    def _sync(self) -> None:
+        if self.on_gpu:
+            self.torch.cuda.synchronize()
+
+    def op_call(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+        """``run(*slot)``; a payload replaces the slot's inputs first. Answers outputs and findings."""
+        from klineage.validator.channel import pack, unpack
+        from klineage.validator.harness import CandidateAudit
+
+        if self.module is None:
+            raise RuntimeError("no candidate loaded")
+        slot = str(header.get("slot", "main"))
+        if payload:
+            self.slots[slot] = tuple(unpack(payload, self.device))
+        inputs = self.slots[slot]
+        pin = header.get("config")
+        self.watch.pin = int(pin) if pin is not None else None
+        audit = CandidateAudit(self.watch)
+        before = self.watch.launches
+        kernels_before = dict(self.watch.kernels)
+        try:
+            with audit:
+                out = self.module.run(*inputs)
+            self._sync()
+        finally:
+            self.watch.pin = None
+        launched = self.watch.launches - before
+        kernels = {k: v - kernels_before.get(k, 0) for k, v in self.watch.kernels.items()
+                   if v - kernels_before.get(k, 0)}
+        body: dict[str, Any] = {"out": out}
+        if header.get("return_inputs"):
+            body["inputs"] = inputs
+        try:
+            blob = pack(body)
+        except Exception as exc:
+            raise TypeError(f"run returned something that is not tensors, numbers or tuples of them: "
+                            f"{type(out).__name__} ({exc})") from exc
+        return {"ok": True, "launches": launched, "kernels": kernels, "violations": dict(audit.violations),
+                "poisoned": audit.poisoned, "pruned_pins": sorted(self.watch.pruned_pins),
+                "out_devices": _devices(out)}, blob
+
+    def op_refill(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+        """Copy new data into the slot's tensors in place (same addresses, other values)."""
+        from klineage.validator.channel import unpack
+
+        slot = str(header.get("slot", "main"))
+        new = tuple(unpack(payload, self.device))
+        for now, value in zip(self.slots[slot], new, strict=True):
+            if isinstance(now, self.torch.Tensor) and isinstance(value, self.torch.Tensor):
+                now.copy_(value)
+        self._sync()
+        return {"ok": True}, b""
+
+    def op_time(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+        """Time ``run(*slot)`` with CUDA events (``perf.time_cuda``); answers stats and the last output."""
+        from klineage.validator.channel import pack, unpack
+        from klineage.validator.perf import time_cuda
+
+        if not self.on_gpu:
+            raise RuntimeError("no GPU: nothing to time")
+        slot = str(header.get("slot", "main"))
+        if payload:
+            self.slots[slot] = tuple(unpack(payload, self.device))
+        inputs = self.slots[slot]
+        module = self.module
+        stats, last = time_cuda(lambda: module.run(*inputs), rep_ms=float(header.get("rep_ms", 100.0)),
+                                host_lead_us=float(header.get("host_lead_us", 0.0)))
+        return {"ok": True, "stats": stats, "out_devices": _devices(last)}, pack({"out": last})
+
+    def op_unload(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+        """End the job: drop its module and tensors; report whether the device is still usable."""
+        from klineage.validator.harness import one_line
+
+        cuda_error = None
+        if self.on_gpu:
+            try:
+                self.torch.cuda.synchronize()
+            except Exception as exc:  # a sticky CUDA error: this worker must be retired
+                cuda_error = one_line(exc)
+        self._drop()
+        if self.on_gpu and cuda_error is None:
+            with contextlib.suppress(Exception):
+                self.torch.cuda.empty_cache()
+        _reap()
+        return {"ok": True, "cuda_error": cuda_error, "jobs": self.jobs}, b""
+
+    def _drop(self) -> None:
+        self.module = None
+        self.slots.clear()
+        for name in [n for n in sys.modules if n.startswith("klineage_candidate_")]:
+            sys.modules.pop(name, None)
+        gc.collect()
+
+
+def _devices(value: Any) -> list[str]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value.device.type]
+    if isinstance(value, tuple | list):
+        return [d for v in value for d in _devices(v)]
+    return []
+
+
+def serve(fd: int) -> int:
+    """Serve jobs over the inherited socket ``fd`` until it closes (see the module docstring)."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    memory = os.environ.get("KLINEAGE_WORKER_MEMORY_BYTES")
+    if memory:
+        resource.setrlimit(resource.RLIMIT_AS, (int(memory), int(memory)))
+    if os.getpid() != 1:  # PID 1 of its own namespace reaps and takes every orphan already
+        _become_subreaper()
+    sock = socket.socket(fileno=fd)
+    return Server(sock).serve()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``JOB.json``, ``--probe`` or ``--ceilings``."""
+    """Entry point: ``--serve FD``, ``--probe`` or ``--ceilings``."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args == ["--probe"]:
         print(json.dumps(environment()))
@@ -178,11 +328,10 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(json.dumps({**environment(), "ceilings": measure_ceilings()}))
         return 0
-    if len(args) != 1:
-        print("usage: python -m klineage.validator.worker JOB.json | --probe | --ceilings", file=sys.stderr)
-        return 2
-    job = json.loads(Path(args[0]).read_text(encoding="utf-8"))
-    return run_job(job)
+    if len(args) == 2 and args[0] == "--serve" and args[1].isdigit():
+        return serve(int(args[1]))
+    print("usage: python -m klineage.validator.worker --serve FD | --probe | --ceilings", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

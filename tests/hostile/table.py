@@ -15,7 +15,9 @@ HERE = Path(__file__).resolve().parent
 CANDIDATES = HERE / "candidates"
 ROWSUM = HERE.parent / "validator" / "workloads" / "rowsum"
 ESCAPE_FILES = (Path("/tmp/klineage_hostile_builtins_escape"), Path("/tmp/klineage_hostile_subclass_escape"),
-                Path("/tmp/klineage_hostile_torch_save"), Path("/tmp/klineage_hostile_os_escape"))
+                Path("/tmp/klineage_hostile_torch_save"), Path("/tmp/klineage_hostile_os_escape"),
+                Path("/tmp/klineage_hostile_alias_module"), Path("/tmp/klineage_hostile_tl_core"),
+                Path("/tmp/klineage_hostile_shared_mmap"))
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,20 @@ HOSTILE: tuple[Hostile, ...] = (
     Hostile("syntax_error", "static", r"syntax error at line 8, column \d+: expected ':'", what="syntax error"),
     Hostile("out_of_resources", "compile", r"shared memory \d+ B exceeds the H200 limit of 232448 B",
             gpu=r"out of resource: shared memory", what="out-of-resources config"),
+    # Issue 18, classes 1-5 (tests/hostile/test_trust_model.py runs the process-level ones with the
+    # static gate bypassed too).
+    Hostile("alias_module", "static", r"module aliasing: the module 'torch'", what="T = torch; T.os.system"),
+    Hostile("tl_core_escape", "static", r"'triton\.language\.core\.builtins\.open' is not allowed",
+            what="tl.core.builtins.open"),
+    Hostile("forge_progress", "static", r"'torch\.os' is not allowed", what="forged evidence, then exit"),
+    Hostile("setattr_reference", "static", r"'torch\.sys\.modules' is not allowed",
+            what="builtins.setattr on the comparison and the reference"),
+    Hostile("dispatch_hidden", "static", r"private torch attribute 'torch\._C\._DisableTorchDispatch'",
+            what="host compute inside a dispatch-disabling context"),
+    Hostile("setsid_grandchild", "static", r"'torch\.os' is not allowed", what="grandchild in a new session"),
+    Hostile("from_file_read", "static", r"attribute '\.untyped_storage' is not allowed",
+            what="file read through a file-backed storage"),
+    Hostile("shared_mmap", "static", r"'torch\.from_file' is not allowed", what="shared mapping creates a file"),
     Hostile("out_of_bounds", "correctness", r"worker died \(SIG(SEGV|BUS)\) during correctness|run raised",
             gpu=r"illegal memory access|CUDA error|worker died", what="out-of-bounds access (illegal address)"),
 )

@@ -46,7 +46,10 @@ def test_recorded_ceilings_are_plausible(run: Path) -> None:
 
 def test_recorded_hostile_verdicts_match_the_table(run: Path) -> None:
     verdicts = _load(run, "hostile_gpu")["verdicts"]
-    for row in HOSTILE:
+    # rows added to the table after this run was recorded (issue 18's candidates) are not in it
+    recorded = [row for row in HOSTILE if row.name in verdicts]
+    assert len(recorded) >= 25
+    for row in recorded:
         gates = verdicts[row.name]["gates"]
         failed = [g for g in gates if g[1] == "fail"]
         assert verdicts[row.name]["verdict"] == "fail" and len(failed) == 1, row.name

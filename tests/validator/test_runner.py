@@ -114,3 +114,53 @@ def test_timing_options_key_the_cache_apart_and_defaults_keep_their_keys(tmp_pat
     assert len(set(keys.values())) == 4
     plain = LocalValidator(cache=tmp_path / "c.sqlite", device="cpu", timing={})
     assert plain.prepare(source, WORKLOADS / "rowsum", ("performance",), None)[-1] == keys["default"]
+
+
+BROKEN_CONFIG = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"ROWS": 2}, num_warps=4), triton.Config({"ROWS": 1}, num_warps=4)],
+                 key=["n_rows"])
+@triton.jit
+def _rowsum(x_ptr, y_ptr, n_rows, n_cols, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    for r in range(ROWS):
+        row = tl.program_id(0) * ROWS + r
+        v = tl.load(x_ptr + row * n_cols + cols, mask=(cols < n_cols) & (row < n_rows), other=0.0)
+        tl.store(y_ptr + row, tl.sum(v.to(tl.float32), axis=0).to(y_ptr.dtype.element_ty), mask=row < n_rows)
+
+
+def run(x):
+    y = torch.empty((x.shape[0],), device=x.device, dtype=x.dtype)
+    # the grid is written for the first config's 2 rows per program: the second config misses half the rows
+    _rowsum[(triton.cdiv(x.shape[0], 2),)](x, y, x.shape[0], x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+    return y
+'''
+
+
+def test_every_autotune_config_is_checked_pinned_on_cpu(validator: LocalValidator) -> None:
+    """Under the interpreter the autotuner would run the first config only: a config that breaks
+    correctness must still be caught (DESIGN.md, "Versions and facts")."""
+    result = validator.validate(BROKEN_CONFIG, ROWSUM, gates=["correctness"])
+    failed = result.failed_gate
+    assert failed is not None and failed.gate == "correctness", result.gates
+    assert "config 1" in failed.reason and "NaN/Inf where the reference is finite" in failed.reason, failed.reason
+    fixed = BROKEN_CONFIG.replace("triton.cdiv(x.shape[0], 2)", "x.shape[0]")
+    ok = validator.validate(fixed, ROWSUM, gates=["correctness"])
+    correctness = ok.gate("correctness")
+    assert correctness is not None and correctness.status == "pass", correctness
+    assert correctness.metrics["autotune_configs_pinned"] == 2
+    assert "each of 2 autotune configs pinned" in correctness.reason
+
+
+def test_time_limit_is_derived_from_the_work_and_stated(validator: LocalValidator) -> None:
+    source = (ROWSUM / "kernel.py").read_text() + "\n# time limit\n"
+    result = validator.validate(source, ROWSUM, gates=["compile", "correctness"])
+    for gate in ("compile", "correctness"):
+        metrics = result.gate(gate).metrics  # type: ignore[union-attr]
+        assert 180 < metrics["time_limit_s"] < 3600 and metrics["time_limit_basis"].startswith("derived: 4 cases")
+    quick = validator.validate(source + "# override\n", ROWSUM, gates=["correctness"], timeout_s=42)
+    assert quick.gate("correctness").metrics["time_limit_s"] == 42  # type: ignore[union-attr]

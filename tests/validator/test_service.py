@@ -131,3 +131,25 @@ def test_http_validator_round_trip(client: Any) -> None:
     with pytest.raises(ValidationRequestError, match="unknown workload"):
         http.validate(STATIC_FAIL, "no_such_workload")
     assert http.info()["cuda"] is False
+
+
+def test_token_bounded_queue_and_shape_cap(tmp_path: Path) -> None:
+    """With a token configured, job endpoints need it (401); a full queue answers 429 and creates no job;
+    a requested shape over the element cap is refused (422); the info says so."""
+    config = ServiceConfig(workload_roots=[WORKLOADS], cache_path=tmp_path / "cache.sqlite", device="cpu",
+                           token="s3cret", max_queued=0, max_shape_elements=1000)
+    with TestClient(create_app(config)) as client:
+        body = {"candidate": STATIC_FAIL, "workload": "rowsum"}
+        assert client.post("/v1/jobs", json=body).status_code == 401
+        wrong = client.post("/v1/validate", json=body, headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and "KLINEAGE_VALIDATOR_TOKEN" in wrong.json()["error"]
+        assert client.get("/v1/jobs/x").status_code == 401
+        auth = {"Authorization": "Bearer s3cret"}
+        full = client.post("/v1/jobs", json=body, headers=auth)
+        assert full.status_code == 429 and "queue is full" in full.json()["error"]
+        assert _jobs(client) == 0
+        big = client.post("/v1/jobs", json={**body, "shapes": [{"rows": 100, "cols": 100}]}, headers=auth)
+        assert big.status_code == 422 and "over the server's limit of 1000" in big.json()["error"]
+        info = client.get("/v1/info").json()
+        assert info["limits"]["token_required"] is True and info["limits"]["max_queued"] == 0
+        assert client.get("/healthz").status_code == 200

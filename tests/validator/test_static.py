@@ -121,6 +121,28 @@ BAD = [  # (where the code goes, the code, what the reason must say; None = must
     ("host", "n = triton.next_power_of_2(x.shape[-1]) * x.element_size()", None),
     ("kernel", "v = tl.core._unwrap_if_constexpr(v)", "private attribute"),
     ("kernel", "v = tl.dot(v, v)", None),
+    # the whitelist (issue 18, class 1 and 5): module aliasing, module-valued attributes, storage/file APIs
+    ("host", "T = torch", "module aliasing: the module 'torch'"),
+    ("host", "f = (torch, 1)", "module aliasing: the module 'torch'"),
+    ("host", "tl.core.builtins.open('/tmp/x')", "'triton.language.core.builtins.open' is not allowed"),
+    ("kernel", "v = tl.core.builtins.len(v)", "'triton.language.core.builtins.len' is not allowed"),
+    ("host", "m = tl.extra.modules", "'triton.language.extra.modules' is not allowed"),
+    ("host", "m = torch.os.system('true')", "'torch.os.system' is not allowed"),
+    ("host", "m = torch.sys.modules", "'torch.sys.modules' is not allowed"),
+    ("host", "s = x.untyped_storage()", "attribute '.untyped_storage' is not allowed"),
+    ("host", "s = torch.UntypedStorage.from_file('/etc/hostname', False, 8)", "'torch.UntypedStorage.from_file'"),
+    ("host", "s = torch.from_file('/tmp/f', shared=True, size=8)", "'torch.from_file' is not allowed"),
+    ("host", "s = torch.float16.from_file", "'torch.float16.from_file' is not allowed"),
+    ("host", "a = x.numpy()", "attribute '.numpy' is not allowed"),
+    ("host", "a = '{0.dtype}'.format(x)", "attribute '.format' is not allowed"),
+    ("host", "a = builtins.setattr", "name 'builtins' is not defined in the candidate"),
+    ("host", "a = x._base", "private attribute '._base'"),
+    ("kernel", "h = v.handle", "attribute '.handle' is not allowed in kernel code"),
+    ("host", "a = triton.cdiv(x.shape[0], 2) + triton.next_power_of_2(x.shape[-1])", None),
+    ("kernel", "v = tl.math.exp2(v) + tl.extra.libdevice.exp(v)", None),
+    ("top", "from triton.language.extra import libdevice", None),
+    ("top", "from triton.language import core", "'triton.language.core' is not allowed"),
+    ("host", "n = torch.cuda.get_device_properties(x.device).multi_processor_count + x.stride(0) + x.numel()", None),
 ]
 
 
@@ -179,3 +201,31 @@ def test_reflection_builtins_refused_everywhere(name: str) -> None:
     kern = _variant(kernel=f"z = {name}")
     assert not check_source(host).ok
     assert not check_source(kern).ok
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _must_pass() -> dict[str, str]:
+    """Every kernel the project relies on: experts, held-out naive kernels, fixtures, the validator's
+    test workloads, every kernel of a committed lineage, and the hostile candidates caught after static."""
+    import json
+
+    from hostile.table import CANDIDATES, HONEST, HOSTILE
+
+    files = [*ROOT.glob("workloads/*/expert.py"), *ROOT.glob("heldout/*/naive.py"),
+             *ROOT.glob("tests/fixtures/kernels/*.py"), *WORKLOADS.glob("*/kernel.py"),
+             *(CANDIDATES / f"{h.name}.py" for h in HOSTILE if h.gate != "static"),
+             *(CANDIDATES / f"{name}.py" for name in HONEST)]
+    sources = {str(f.relative_to(ROOT)): f.read_text(encoding="utf-8") for f in files}
+    for doc in ROOT.glob("lineages/*.lineage.json"):
+        for kernel in json.loads(doc.read_text(encoding="utf-8"))["kernels"]:
+            sources[f"{doc.name}:{kernel['sha'][:12]}"] = kernel["source"]
+    return sources
+
+
+def test_the_whitelist_admits_every_kernel_the_project_relies_on() -> None:
+    sources = _must_pass()
+    assert len(sources) > 60
+    refused = {name: check_source(src).reason for name, src in sources.items() if not check_source(src).ok}
+    assert not refused, refused

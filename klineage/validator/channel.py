@@ -1,0 +1,132 @@
+"""The channel between the trusted side and a candidate worker: framed messages over a socket.
+
+A message is a JSON header (a dict) and an optional binary payload. On the wire: 4 bytes header length,
+8 bytes payload length (big endian), the UTF-8 JSON header, the payload. ``recv_message`` enforces a
+deadline (``ChannelTimeout``), refuses oversized or malformed frames (``ChannelError``) and reports a
+closed peer (``ChannelClosed``: the worker died).
+
+Tensors travel as payloads written by ``pack`` (``torch.save`` of the object with every tensor moved to
+the CPU) and read by ``unpack`` with ``torch.load(weights_only=True)``: only tensors, numbers, strings and
+plain containers can be read back, so a payload from the candidate side cannot run code on the trusted
+side. Standard library at import; torch is imported by ``pack``/``unpack`` only.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import select
+import socket
+import struct
+import time
+from typing import Any
+
+MAX_HEADER_BYTES = 4 * 1024 * 1024
+MAX_PAYLOAD_BYTES = 64 * 1024**3
+_PREFIX = struct.Struct(">IQ")
+
+
+class ChannelError(Exception):
+    """A frame that breaks the protocol (too large, not JSON, not an object)."""
+
+
+class ChannelClosed(ChannelError):
+    """The other end closed the channel (for a worker: it exited or died)."""
+
+
+class ChannelTimeout(ChannelError):
+    """No complete message arrived before the deadline."""
+
+
+def send_message(sock: socket.socket, header: dict[str, Any], payload: bytes = b"") -> None:
+    """Send one framed message (blocking until written; raises ChannelClosed when the peer is gone)."""
+    data = json.dumps(header, default=str).encode("utf-8")
+    try:
+        sock.sendall(_PREFIX.pack(len(data), len(payload)) + data)
+        if payload:
+            sock.sendall(payload)
+    except (BrokenPipeError, ConnectionResetError) as exc:
+        raise ChannelClosed(f"channel closed while sending: {exc}") from exc
+
+
+def _recv_exact(sock: socket.socket, size: int, deadline: float | None) -> bytes:
+    chunks: list[bytes] = []
+    got = 0
+    while got < size:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ChannelTimeout("no answer before the deadline")
+            ready, _, _ = select.select([sock], [], [], min(left, 1.0))
+            if not ready:
+                continue
+        try:
+            chunk = sock.recv(min(size - got, 1 << 22))
+        except ConnectionResetError as exc:
+            raise ChannelClosed(f"channel reset: {exc}") from exc
+        if not chunk:
+            raise ChannelClosed("the other end closed the channel")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def recv_message(sock: socket.socket, deadline: float | None = None,
+                 max_payload: int = MAX_PAYLOAD_BYTES) -> tuple[dict[str, Any], bytes]:
+    """Receive one framed message; ``deadline`` is a ``time.monotonic()`` instant (None: wait forever)."""
+    head_len, payload_len = _PREFIX.unpack(_recv_exact(sock, _PREFIX.size, deadline))
+    if head_len > MAX_HEADER_BYTES:
+        raise ChannelError(f"message header of {head_len} bytes is over the limit of {MAX_HEADER_BYTES}")
+    if payload_len > max_payload:
+        raise ChannelError(f"message payload of {payload_len} bytes is over the limit of {max_payload}")
+    raw = _recv_exact(sock, head_len, deadline)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ChannelError(f"message header is not JSON: {exc}") from exc
+    if not isinstance(header, dict):
+        raise ChannelError("message header is not a JSON object")
+    payload = _recv_exact(sock, payload_len, deadline) if payload_len else b""
+    return header, payload
+
+
+def pack(value: Any) -> bytes:
+    """Serialize tensors (moved to the CPU), numbers, strings and tuples/lists/dicts of them."""
+    import torch
+
+    def cpu(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return v.detach().cpu()
+        if isinstance(v, tuple):
+            return tuple(cpu(x) for x in v)
+        if isinstance(v, list):
+            return [cpu(x) for x in v]
+        if isinstance(v, dict):
+            return {k: cpu(x) for k, x in v.items()}
+        return v
+
+    buffer = io.BytesIO()
+    torch.save(cpu(value), buffer)
+    return buffer.getvalue()
+
+
+def unpack(payload: bytes, device: Any = None) -> Any:
+    """Read a ``pack`` payload safely (``weights_only=True``); tensors are moved to ``device`` when given."""
+    import torch
+
+    value = torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
+    if device is None:
+        return value
+
+    def move(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return v.to(device)
+        if isinstance(v, tuple):
+            return tuple(move(x) for x in v)
+        if isinstance(v, list):
+            return [move(x) for x in v]
+        if isinstance(v, dict):
+            return {k: move(x) for k, x in v.items()}
+        return v
+
+    return move(value)
