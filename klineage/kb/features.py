@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from klineage.kb.conditions import FEATURES
-from klineage.schema.manifest import DIM_ROLES
+from klineage.schema.manifest import DIM_ROLES, WorkloadManifest
 
 #: Bytes per element of each canonical dtype.
 DTYPE_BYTES: Mapping[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
@@ -316,6 +316,19 @@ def resolve_roles(shape: Mapping[str, Any], roles: Mapping[str, str] | None = No
             raise FeatureError(f"dim {dim!r}: role {role!r} is not one of {', '.join(DIM_ROLES)}")
     rest = {d: v for d, v in shape.items() if d not in declared}
     return {**infer_roles(rest, family), **{d: r for d, r in declared.items() if d in shape}}
+
+
+def manifest_roles(manifest: WorkloadManifest) -> dict[str, str]:
+    """The role of every dim of a workload's shapes (GPU and CPU grids): its declared
+    ``[workload.roles]`` where given, ``infer_roles`` (with its family) elsewhere; FeatureError
+    naming the manifest when a dim has neither."""
+    roles: dict[str, str] = {}
+    for shape in (*manifest.shapes, *manifest.cpu_shapes):
+        try:
+            roles.update(resolve_roles(shape, manifest.roles, manifest.family))
+        except FeatureError as exc:
+            raise FeatureError(f"{manifest.directory / 'manifest.toml'}: {exc}") from exc
+    return roles
 
 
 def portable_features(shape: Mapping[str, Any], roles: Mapping[str, str], dtype_bytes: int | None = None,
