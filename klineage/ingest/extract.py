@@ -18,11 +18,17 @@ applies ``merge_skills`` across documents (and the evidence already stored) befo
 Rules, kept simple and written here once:
 
 * **Effect** of an accepted step on a shape: ``to_ms / from_ms``.
-* **PROFITABLE_WHEN**: a depth-<=2 rule over the shapes' problem features (``kb.features``: M, N, K,
-  rows, cols, dtype, numel, bytes, flops, ..., plus ``arch``) separating shapes where the speedup is
-  >= 1 + ``PROFIT_MARGIN`` (DESIGN.md: 1.03) from the others. All shapes paid: ``True``; none paid:
-  ``False``, said in the description (the skill did not pay on any measured shape).
-* **VALID_WHEN**: induced over pass/fail per shape when a rejected attempt of the operator failed the
+* **Features** of a case: ``kb.features.case_features`` of its shape, dtype and arch, with the dim
+  roles the document records (``workload.roles``) or, for documents without them, the roles
+  ``kb.features.infer_roles`` gives the shape's dim names and the workload family; a step timing's
+  recorded ``flops`` / ``bytes`` replace the estimates. Rules use the portable features only.
+* **PROFITABLE_WHEN**: ``induce.induce_profitable`` over the cases labelled paid (speedup >= 1 +
+  ``PROFIT_MARGIN``, DESIGN.md: 1.03) or not, its accuracy measured out of sample: points grouped by
+  workload when they come from >= 2 workloads (leave-one-workload-out), else by shape (dtype aside:
+  leave-one-shape-out). A rule is kept only when it beats the majority-class rate by ``induce.MARGIN``
+  with enough support; otherwise there is no PROFITABLE_WHEN condition and the skill's
+  ``profitability`` says "paid on x of n measured shapes; no rule separates them" (or all / none).
+* **VALID_WHEN**: induced (in sample) over pass/fail per shape when a rejected attempt of the operator failed the
   compile, integrity or performance gate on identified shapes (the failing case named by the gate's
   ``metrics.case`` or its reason, e.g. ``bf16 {'M': 4096, ...}``; a failing performance gate's
   ``metrics.rows`` passed). The shapes of accepted steps passed every gate in both versions, so they
@@ -51,8 +57,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from klineage.ingest.induce import InducedCondition, LabelledPoint, induce_condition
-from klineage.kb.features import FeatureError, canonical_arch, canonical_name, problem_features
+from klineage.ingest.induce import InducedCondition, LabelledPoint, induce_condition, induce_profitable
+from klineage.kb.features import FeatureError, canonical_name, case_features, problem_features
 from klineage.schema.ids import content_id
 from klineage.schema.records import Risk
 from klineage.transforms.registry import get_operator
@@ -80,26 +86,36 @@ def shape_label(shape: Mapping[str, Any], dtype: str | None = None) -> str:
     return f"{dtype} {dims}" if dtype else dims
 
 
-def shape_features(shape: Mapping[str, Any], dtype: str | None, arch: str | None = None) -> dict[str, Any]:
-    """Condition-language features of one case (``kb.features.problem_features`` of the shape and
-    dtype, plus ``arch`` as an integer); shape keys outside the vocabulary are left out."""
+def shape_features(shape: Mapping[str, Any], dtype: str | None, arch: str | None = None,
+                   roles: Mapping[str, str] | None = None, family: str | None = None,
+                   flops: float | None = None, bytes_moved: float | None = None) -> dict[str, Any]:
+    """Features of one case: ``kb.features.case_features`` (its dims as context, dtype, arch and the
+    portable features from the dims' roles, declared or inferred), plus the legacy ``numel`` of
+    ``problem_features`` for the dims in the vocabulary. A shape whose roles cannot be resolved
+    gives its dims, dtype and arch only (conditions on portable features are then unknown for it)."""
+    try:
+        features = case_features(shape, dtype, roles, family, flops, bytes_moved, arch or None)
+    except FeatureError:
+        features = {k: v for k, v in shape.items()}
+        with contextlib.suppress(FeatureError):
+            features.update(case_features({}, dtype, None, None, None, None, arch or None))
     context: dict[str, Any] = {}
     for key, value in shape.items():
-        try:
-            canonical_name(key)
-        except FeatureError:
-            continue
-        context[key] = value
-    if dtype is not None:
-        context["dtype"] = dtype
-    try:
-        features = problem_features(context)
-    except FeatureError:
-        features = {}
-    if arch:
         with contextlib.suppress(FeatureError):
-            features["arch"] = canonical_arch(arch)
+            context[canonical_name(key)] = value
+    with contextlib.suppress(FeatureError):
+        numel = problem_features(context).get("numel")
+        if numel is not None:
+            features.setdefault("numel", numel)
     return features
+
+
+def _case_context(data: Mapping[str, Any]) -> tuple[Mapping[str, str] | None, str | None]:
+    """The dim roles and family a lineage document records for its workload (roles may be absent)."""
+    workload = data.get("workload") or {}
+    roles = workload.get("roles")
+    family = workload.get("family")
+    return (dict(roles) if isinstance(roles, Mapping) else None), (str(family) if family else None)
 
 
 @dataclass(frozen=True)
@@ -115,6 +131,10 @@ class ShapeEffect:
     to_ms: float
     arch: str = ""
     vendor_ms: float | None = None
+    roles: Mapping[str, str] | None = None
+    family: str | None = None
+    flops: float | None = None
+    bytes_moved: float | None = None
 
     @property
     def speedup(self) -> float:
@@ -132,8 +152,9 @@ class ShapeEffect:
         return self.speedup * (1.0 + PROFIT_MARGIN) <= 1.0
 
     def features(self) -> dict[str, Any]:
-        """The case's condition-language features (``shape_features``)."""
-        return shape_features(self.shape, self.dtype, self.arch)
+        """The case's features (``shape_features`` with its roles, family and recorded flops/bytes)."""
+        return shape_features(self.shape, self.dtype, self.arch, self.roles, self.family, self.flops,
+                              self.bytes_moved)
 
 
 @dataclass(frozen=True)
@@ -148,10 +169,12 @@ class GateOutcome:
     passed: bool
     gate: str = ""
     arch: str = ""
+    roles: Mapping[str, str] | None = None
+    family: str | None = None
 
     def features(self) -> dict[str, Any]:
-        """The case's condition-language features (``shape_features``)."""
-        return shape_features(self.shape, self.dtype, self.arch)
+        """The case's features (``shape_features`` with its roles and family)."""
+        return shape_features(self.shape, self.dtype, self.arch, self.roles, self.family)
 
 
 @dataclass(frozen=True)
@@ -190,11 +213,24 @@ class MergedSkill:
 
     operator: str
     instances: tuple[SkillInstance, ...]
-    profitable: InducedCondition | None
+    profitable: InducedCondition | None  # the induction's verdict; a condition only when ``.kept``
     valid: InducedCondition | None
     risks: tuple[Risk, ...]
     enables: tuple[str, ...]
     architectures: tuple[str, ...]
+
+    @property
+    def profitable_rule(self) -> InducedCondition | None:
+        """The PROFITABLE_WHEN condition to store: the induced rule when it was kept, else None."""
+        return self.profitable if self.profitable is not None and self.profitable.kept else None
+
+    @property
+    def profitability(self) -> str:
+        """What the timings say about when the skill pays, when no rule was kept ("paid on x of n
+        measured shapes; no rule separates them"); empty when a rule was kept or nothing was timed."""
+        if self.profitable is None or self.profitable.kept:
+            return ""
+        return self.profitable.description
 
     @property
     def effects(self) -> tuple[ShapeEffect, ...]:
@@ -220,10 +256,12 @@ def _lineage_id(data: Mapping[str, Any]) -> str:
     return content_id("Lineage", d["workload"]["name"], d["gpu"]["name"], d["start"], d["versions"])
 
 
-def _effects(step: Mapping[str, Any], workload: str, lineage_id: str, arch: str) -> tuple[ShapeEffect, ...]:
+def _effects(step: Mapping[str, Any], workload: str, lineage_id: str, arch: str,
+             roles: Mapping[str, str] | None = None, family: str | None = None) -> tuple[ShapeEffect, ...]:
     return tuple(
         ShapeEffect(workload, lineage_id, int(step["index"]), dict(t["shape"]), str(t["dtype"]),
-                    float(t["from_ms"]), float(t["to_ms"]), arch, t.get("vendor_ms"))
+                    float(t["from_ms"]), float(t["to_ms"]), arch, t.get("vendor_ms"), roles, family,
+                    t.get("flops"), t.get("bytes"))
         for t in step.get("timings") or () if t.get("from_ms") and t.get("to_ms"))
 
 
@@ -252,7 +290,8 @@ def _failed_gate(step: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
-def _outcomes(step: Mapping[str, Any], workload: str, lineage_id: str, arch: str) -> tuple[GateOutcome, ...]:
+def _outcomes(step: Mapping[str, Any], workload: str, lineage_id: str, arch: str,
+              roles: Mapping[str, str] | None = None, family: str | None = None) -> tuple[GateOutcome, ...]:
     gate_name = str(step.get("gate") or "")
     failed = _failed_gate(step)
     metrics = (failed or {}).get("metrics") or {}
@@ -260,11 +299,12 @@ def _outcomes(step: Mapping[str, Any], workload: str, lineage_id: str, arch: str
     out: list[GateOutcome] = []
     index = int(step["index"])
     if case is not None:
-        out.append(GateOutcome(workload, lineage_id, index, case[0], case[1], False, gate_name, arch))
+        out.append(GateOutcome(workload, lineage_id, index, case[0], case[1], False, gate_name, arch, roles,
+                               family))
     for row in metrics.get("rows") or ():  # a failing performance gate lists the cases it timed
         if isinstance(row, Mapping) and isinstance(row.get("shape"), Mapping) and row.get("dtype"):
             out.append(GateOutcome(workload, lineage_id, index, dict(row["shape"]), str(row["dtype"]), True,
-                                   gate_name, arch))
+                                   gate_name, arch, roles, family))
     return tuple(out)
 
 
@@ -302,23 +342,24 @@ def skill_instances(data: Mapping[str, Any], lineage_id: str | None = None) -> l
     workload = str(data["workload"]["name"])
     arch = str((data.get("gpu") or {}).get("arch") or "")
     sample = bool(data.get("sample", False))
+    roles, family = _case_context(data)
     enables = enables_of(data) if data.get("kernels") else {}
     by_op: dict[str, dict[str, Any]] = {}
     for step in sorted(data["steps"], key=lambda s: s["index"]):
         slot = by_op.setdefault(step["operator"], {"steps": [], "params": None, "effects": [], "rejections": [],
                                                    "outcomes": []})
-        effects = _effects(step, workload, lid, arch)
+        effects = _effects(step, workload, lid, arch, roles, family)
         if step["accepted"]:
             slot["steps"].append(int(step["index"]))
             if slot["params"] is None:
                 slot["params"] = dict(step.get("params") or {})
             slot["effects"].extend(effects)
-            slot["outcomes"].extend(GateOutcome(workload, lid, e.step, e.shape, e.dtype, True, "", arch)
-                                    for e in effects)
+            slot["outcomes"].extend(GateOutcome(workload, lid, e.step, e.shape, e.dtype, True, "", arch, roles,
+                                                family) for e in effects)
         else:
             slot["rejections"].append(Rejection(workload, lid, int(step["index"]), str(step.get("gate") or ""),
                                                 str(step.get("reason") or ""), effects))
-            slot["outcomes"].extend(_outcomes(step, workload, lid, arch))
+            slot["outcomes"].extend(_outcomes(step, workload, lid, arch, roles, family))
     return [SkillInstance(op, workload, lid, arch, tuple(s["steps"]), s["params"], tuple(s["effects"]),
                           tuple(s["rejections"]), tuple(s["outcomes"]), enables.get(op, ()), sample)
             for op, s in by_op.items()]
@@ -382,9 +423,17 @@ def _risks(operator: str, instances: Sequence[SkillInstance]) -> tuple[Risk, ...
     return tuple(risks.values())
 
 
+def _shape_key(shape: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={shape[k]}" for k in sorted(shape))
+
+
 def _profitable(effects: Sequence[ShapeEffect]) -> InducedCondition | None:
-    points = [LabelledPoint(e.features(), e.paid) for e in effects]
-    return induce_condition(points, positive=f"the optimization paid (speedup >= {1 + PROFIT_MARGIN:g}x)")
+    """``induce_profitable`` over the effects, grouped by workload (>= 2 workloads) or by shape."""
+    by_workload = len({e.workload for e in effects}) >= 2
+    points = [LabelledPoint(e.features(), e.paid, e.workload if by_workload else f"{e.workload}:{_shape_key(e.shape)}")
+              for e in effects]
+    scheme = "leave-one-workload-out" if by_workload else "leave-one-shape-out"
+    return induce_profitable(points, positive=f"paid (speedup >= {1 + PROFIT_MARGIN:g}x)", validation=scheme)
 
 
 def _valid(instances: Sequence[SkillInstance]) -> InducedCondition | None:
@@ -459,13 +508,15 @@ def skill_json(merged: MergedSkill, steps: Sequence[int], params: Mapping[str, A
         "operator": merged.operator, "name": text["name"], "intent": text["intent"], "anchor": text["anchor"],
         "carrier": text["carrier"], "transform": {"operator": merged.operator, "params": dict(params or {})},
         "valid_when": [merged.valid.to_json("gate-failure")] if merged.valid is not None else [],
-        "profitable_when": [merged.profitable.to_json("induced")] if merged.profitable is not None else [],
+        "profitable_when": [merged.profitable_rule.to_json("induced")] if merged.profitable_rule is not None else [],
         "risks": [{"kind": r.kind, "description": r.description, "evidence": r.evidence} for r in merged.risks],
         "steps": sorted(int(i) for i in steps),
         "enables": list(merged.enables),
     }
     if merged.architectures:
         entry["architectures"] = list(merged.architectures)
+    if merged.profitability:
+        entry["profitability"] = merged.profitability
     return entry
 
 

@@ -29,7 +29,7 @@ from typing import Any
 from klineage.ingest.extract import MergedSkill, SkillInstance, merge_skills, skill_instances, skill_json
 from klineage.kb.service import IngestReport, KnowledgeBase
 from klineage.schema.lineage_document import LineageDocument, parse_lineage_document
-from klineage.schema.records import Condition, skill_id
+from klineage.schema.records import Condition, skill_id, workload_id
 
 __all__ = ["IngestSummary", "ingest_lineages", "merged_documents", "stored_instances"]
 
@@ -50,7 +50,8 @@ class IngestSummary:
 def stored_instances(kb: KnowledgeBase, operators: Sequence[str], exclude_lineages: Sequence[str] = ()
                      ) -> list[list[SkillInstance]]:
     """The evidence the store already holds about ``operators``: one instance list per stored lineage
-    (not in ``exclude_lineages``), rebuilt from its Step nodes (timings, gate, reason). Kernel sources
+    (not in ``exclude_lineages``), rebuilt from its Step nodes (timings, gate, reason) and its Workload
+    node (family, dim roles: the cases' features are computed as for a document). Kernel sources
     are not read, so these instances carry no ENABLES (those edges are already stored)."""
     steps_by_lineage: dict[str, list[dict[str, Any]]] = {}
     excluded = set(exclude_lineages)
@@ -63,13 +64,21 @@ def stored_instances(kb: KnowledgeBase, operators: Sequence[str], exclude_lineag
         return []
     ids = sorted(steps_by_lineage)
     lineages = dict(zip(ids, kb.store.get_many("Lineage", ids), strict=True))
+    names = sorted({str(n.props.get("workload", "")) for n in lineages.values() if n is not None})
+    workloads = {name: node for name, node in zip(names, kb.store.get_many("Workload", [workload_id(n) for n in names]),
+                                                  strict=True)}
     out = []
     for lid in ids:
         node = lineages[lid]
         if node is None:
             continue
         props = node.props
-        data = {"workload": {"name": props.get("workload", "")}, "gpu": {"arch": props.get("arch", "")},
+        wnode = workloads.get(str(props.get("workload", "")))
+        wprops = dict(wnode.props) if wnode is not None else {}
+        workload = {"name": props.get("workload", ""), "family": wprops.get("family", "")}
+        if isinstance(wprops.get("roles"), dict):
+            workload["roles"] = wprops["roles"]
+        data = {"workload": workload, "gpu": {"arch": props.get("arch", "")},
                 "sample": bool(props.get("sample", False)), "kernels": [],
                 "steps": [{**s, "from": None, "to": None} for s in steps_by_lineage[lid]]}
         out.append(skill_instances(data, lineage_id=lid))
@@ -118,7 +127,7 @@ def ingest_lineages(kb: KnowledgeBase, documents: Sequence[LineageDocument]) -> 
         if m.accepted:
             wanted[skill_id(m.operator)] = {
                 "valid": {m.valid.expr} if m.valid is not None else set(),
-                "profitable": {m.profitable.expr} if m.profitable is not None else set()}
+                "profitable": {m.profitable_rule.expr} if m.profitable_rule is not None else set()}
     stale: list[tuple[str, Condition]] = []
     ids = sorted(wanted)
     if ids:

@@ -28,6 +28,7 @@ The walker only talks to a ``ValidatorClient`` (in process or HTTP) and the oper
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import statistics
@@ -39,6 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from klineage.kb.features import FeatureError, manifest_roles
 from klineage.schema.gate_result import GateResult
 from klineage.schema.ids import canonical_json, kernel_sha
 from klineage.schema.lineage_document import FORMAT, FORMAT_VERSION
@@ -373,9 +375,14 @@ class Walker:
         except Exception:  # not installed as a package (a source checkout on the GPU box)
             versions["klineage"] = "source"
         m = self.manifest
+        workload: dict[str, Any] = {"name": m.name, "family": m.family, "description": m.description}
+        # the roles extraction computes portable features with; a dim with no declared or inferable role
+        # leaves them out (extraction then leaves that workload's portable features unknown)
+        with contextlib.suppress(FeatureError):
+            workload["roles"] = manifest_roles(m)
         return {
             "format": FORMAT, "version": FORMAT_VERSION, "sample": False, "complete": complete,
-            "workload": {"name": m.name, "family": m.family, "description": m.description},
+            "workload": workload,
             "gpu": {"name": name, "arch": arch.group(1) if arch else "sm_0", "sm_count": None,
                     "smem_per_sm": None},
             "versions": versions,

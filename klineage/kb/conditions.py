@@ -18,7 +18,9 @@ unknown propagates through arithmetic and comparisons; ``False and unknown`` is 
 unknown`` is True, ``not unknown`` is unknown. The ``Verdict`` says which clause decided.
 
 The feature vocabulary is declared here once (``FEATURES``): problem features, architecture
-features and kernel features. Kernel feature names match ``klineage.transforms.features`` (which
+features and kernel features. ``PORTABLE_FEATURES`` is the subset of problem features that means the
+same thing on every workload (bytes, flops, rows, reduce_len, ...): induced rules use only those.
+Kernel feature names match ``klineage.transforms.features`` (which
 computes them from source); ``tests/kb/test_conditions.py`` checks that the two lists agree.
 """
 
@@ -44,17 +46,32 @@ PROBLEM_FEATURE_DOCS: Mapping[str, str] = {
     "H": "number of attention heads (int)",
     "S": "sequence length (int)",
     "D": "head dimension (int)",
-    "rows": "rows of a row-wise operation (softmax, norms, cross-entropy) (int)",
+    "rows": ("independent output rows (int; portable): a row-wise operation's rows, a GEMM's M (x batch), "
+             "attention's B*H*S query rows"),
     "cols": "columns (row length) of a row-wise operation (int)",
     "vocab": "vocabulary size of a cross-entropy (row length) (int)",
     "causal": "attention with a causal mask (bool)",
     "dtype": "input element type: 'fp32', 'fp16' or 'bf16' (str)",
     "dtype_bytes": "bytes per input element (int; derived from dtype)",
-    "numel": "elements of the main input (int; derived from the shape)",
-    "bytes": "bytes of the main input (int; derived from numel and dtype)",
-    "flops": "floating-point operations of a GEMM or attention (int; derived)",
-    "arithmetic_intensity": "flops per byte of compulsory traffic of a GEMM or attention (float; derived)",
+    "numel": "elements of the main input (int; derived from the shape; workload-local, not portable)",
+    "bytes": ("compulsory memory traffic in bytes (int; portable): the inputs the dim roles imply plus the "
+              "output, at dtype_bytes per element, or the value a measurement recorded"),
+    "flops": ("floating-point operations (int; portable): 2*rows*cols*reduce_len for a contraction (GEMM), "
+              "4*B*H*S*S*D for attention (halved when causal), or the value a measurement recorded"),
+    "arithmetic_intensity": "flops per byte of compulsory traffic (float; portable; derived: flops / bytes)",
+    "out_elems": "elements of the output (int; portable): rows x output columns, or the elements of an "
+                 "elementwise problem",
+    "reduce_len": ("length of the reduced dimension (int; portable): K of a GEMM, the row length of a row "
+                   "reduction (cols, vocab), the key length S of attention"),
+    "tiles": "output tiles at the kernel's tile size (int; portable; only when a tile is known)",
+    "waves": "tiles / sm_count: waves of programs over the GPU (float; portable; only when both are known)",
 }
+
+#: Portable problem features: meaningful on every workload whatever its dims are called (computed
+#: by ``kb.features.case_features`` from a shape and its dim roles). Induced PROFITABLE_WHEN and
+#: VALID_WHEN rules are written over these only, never over a workload's own dim names.
+PORTABLE_FEATURES: tuple[str, ...] = ("bytes", "flops", "arithmetic_intensity", "dtype_bytes", "out_elems",
+                                      "reduce_len", "rows", "tiles", "waves", "causal")
 
 #: Architecture features: the GPU the code will run on.
 ARCH_FEATURE_DOCS: Mapping[str, str] = {

@@ -29,8 +29,10 @@ The pipeline is a few small, composable pieces:
    did not pay there). Confidence is (support + 1) / (support + 2) over evidence steps (Laplace's
    rule of succession). NOT_APPLICABLE hits always come after the others and score 0.
 
-Every hit carries its explanation: each condition with its verdict and deciding clause, the
-evidence steps with per-shape speedups (and the sample flag of test fixtures), and the risks.
+Every hit carries its explanation: each condition with its verdict and deciding clause (an induced
+rule with its out-of-sample accuracy beside the majority rate; a skill with no PROFITABLE_WHEN rule
+says what its timings showed, "paid on x of n measured shapes; no rule separates them", as an
+unknown check), the evidence steps with per-shape speedups (and the sample flag of test fixtures), and the risks.
 
 ``SkillCatalog`` holds everything the ranking needs for a set of skills, loaded with a fixed
 number of batched store calls (conditions of all skills in one ``neighbors`` call per kind);
@@ -43,7 +45,7 @@ import bisect
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -89,6 +91,7 @@ class ConditionCheck:
     error: str | None = None
     values: Mapping[str, Any] = field(default_factory=dict)
     note: str | None = None
+    basis: str | None = None  # how an induced rule was judged ("82% out of sample vs majority 60%")
 
     @property
     def status(self) -> str:
@@ -100,7 +103,7 @@ class ConditionCheck:
         (an operator-anchor check is its ``note``, already a sentence)."""
         if self.note:
             return self.note
-        head = f"{self.kind}: {self.expr}"
+        head = f"{self.kind}: {self.expr}" + (f" [{self.basis}]" if self.basis else "")
         if self.value is True:
             return head
         shown = ", ".join(f"{k}={v!r}" for k, v in sorted(self.values.items()))
@@ -650,5 +653,12 @@ def _checks(catalog: SkillCatalog, i: int, verdicts: Sequence[Verdict | None], e
         for condition in conditions:
             slot = catalog.slot_of(condition.expr)
             if slot:
-                out.append(catalog.check(kind, slot, verdicts, env))
+                check = catalog.check(kind, slot, verdicts, env)
+                if condition.oos_accuracy is not None and condition.majority is not None:
+                    check = replace(check, basis=f"{100 * condition.oos_accuracy:.0f}% right out of sample vs "
+                                                 f"majority rate {100 * condition.majority:.0f}%")
+                out.append(check)
+    note = catalog.skills[i].profitability
+    if note and not catalog.profitable[i]:
+        out.append(ConditionCheck("profitable", "no rule", None, "no rule", note=f"profitable: no rule — {note}"))
     return tuple(out)

@@ -116,7 +116,8 @@ class KnowledgeBase:
         stored ones and this document's, its effect is recomputed from all of their timings, its
         support counts distinct steps and lineages, its conditions and risks are the union (an
         existing condition keeps its description and gets the larger support), its text, anchor and
-        embedding stay as first stored, its architectures are the union, and it is a sample only
+        embedding stay as first stored, its profitability note is this document's (the latest
+        induction), its architectures are the union, and it is a sample only
         while all of its evidence is. Skills this document says it enables are linked when they are
         already in the store.
         """
@@ -194,6 +195,7 @@ class KnowledgeBase:
             base, effect=Effect.of(speedups), support_steps=len(steps), support_lineages=len(lineages),
             architectures=tuple(archs), sample=sample,
             embedding=base.embedding or embedding or (),
+            profitability=new.profitability,  # the latest induction's verdict (re-induced from all evidence)
         )
 
     def _merge_conditions(self, batch: GraphBatch) -> dict[str, Node]:

@@ -162,10 +162,11 @@ def skill_records(doc: LineageDocument) -> list[tuple[Skill, list[Condition], li
             transform={"operator": sk["transform"]["operator"], "params": dict(sk["transform"].get("params") or {})},
             effect=Effect.of(speedups), support_steps=len(sk["steps"]), support_lineages=1,
             architectures=tuple(sk.get("architectures") or (arch,)), sample=doc.sample,
+            profitability=str(sk.get("profitability") or ""),
         )
         conditions = [
             Condition(c["expr"], kind, c.get("source", "declared"), c.get("description", ""),
-                      c.get("accuracy"), int(c.get("support") or 0))
+                      c.get("accuracy"), int(c.get("support") or 0), c.get("oos_accuracy"), c.get("majority"))
             for kind, key in (("valid", "valid_when"), ("profitable", "profitable_when"))
             for c in sk.get(key, ())
         ]
@@ -182,7 +183,8 @@ def lineage_to_batch(doc: LineageDocument) -> GraphBatch:
     nodes: list[Node] = [
         Node("Workload", workload_id(d["workload"]["name"]), {
             "name": d["workload"]["name"], "family": d["workload"]["family"],
-            "description": d["workload"].get("description", "")}),
+            "description": d["workload"].get("description", ""), **(
+                {"roles": dict(d["workload"]["roles"])} if d["workload"].get("roles") else {})}),
         Node("Architecture", architecture_id(arch), {"arch": arch, "gpu": d["gpu"]["name"],
                                                       "sm_count": d["gpu"].get("sm_count")}),
         Node("Lineage", lid, {

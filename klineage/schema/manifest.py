@@ -1,6 +1,28 @@
 """Workload manifests (``workloads/<name>/manifest.toml``), loaded and checked exactly as DESIGN.md says.
 
 Every error names the file, the key and what was expected; unknown keys are errors, not ignored.
+
+**Dimension roles** (``[workload.roles]``, optional). A workload names its dims as it likes (``M``,
+``cols``, ``vocab``, ``S``); a role says what a dim *is*, so that conditions can be written over
+portable features (``kb.features.case_features``: ``rows``, ``reduce_len``, ``out_elems``, ``bytes``,
+...) that mean the same thing on every workload. The roles (``DIM_ROLES``):
+
+* ``batch``: an independent batch dim (a batch ``B``, attention heads ``H``); multiplies the rows;
+* ``rows``: independent output rows (a GEMM's ``M``, a row-wise operation's ``rows``);
+* ``cols``: output columns that are not reduced over (a GEMM's ``N``);
+* ``reduce``: a dim reduced away, absent from the output (a GEMM's ``K``, cross-entropy's ``vocab``,
+  a row maximum's ``cols``);
+* ``reduce_kept``: a row length reduced over for a statistic and kept in the output (softmax's and
+  the norms' ``cols``);
+* ``seq``: a sequence length that is both query rows and the reduced key length (attention's ``S``);
+* ``head_dim``: attention's head dimension ``D`` (inner dim of Q Kᵀ, output columns of P V);
+* ``elements``: the length of an elementwise problem (``N`` of a 1-D operation);
+* ``flag``: a boolean switch of the problem (``causal``).
+
+Example: ``[workload.roles]`` / ``M = "rows"`` / ``N = "cols"`` / ``K = "reduce"``. A role outside
+``DIM_ROLES``, or a role for a dim that no shape has, is an error naming the file and key. Dims
+without a declared role get the role ``kb.features.infer_roles`` infers from their name and the
+family (documented there).
 """
 
 from __future__ import annotations
@@ -15,9 +37,12 @@ from klineage.schema.errors import ManifestError
 
 DTYPES = ("fp32", "fp16", "bf16")
 ROLES = ("expert", "heldout")
+#: Roles a workload dim may have (module docstring).
+DIM_ROLES = ("batch", "rows", "cols", "reduce", "reduce_kept", "seq", "head_dim", "elements", "flag")
 MANIFEST_NAME = "manifest.toml"
 _REQUIRED = ("name", "family", "description", "role", "kernel", "reference", "dtypes", "shapes",
              "cpu_shapes", "tolerance")
+_OPTIONAL = ("roles",)
 
 Shape = Mapping[str, int | bool]
 
@@ -37,6 +62,7 @@ class WorkloadManifest:
     cpu_shapes: tuple[Shape, ...]
     tolerance: Mapping[str, float]
     directory: Path
+    roles: Mapping[str, str] | None = None  # declared [workload.roles]; None when the table is absent
 
     @property
     def kernel_path(self) -> Path:
@@ -74,10 +100,11 @@ def parse_manifest(data: Mapping[str, Any], source: str, directory: Path) -> Wor
     table = data.get("workload")
     if not isinstance(table, dict):
         raise ManifestError(source, "workload", "a table [workload]")
-    unknown = set(table) - set(_REQUIRED)
+    unknown = set(table) - set(_REQUIRED) - set(_OPTIONAL)
     if unknown:
         raise ManifestError(source, f"workload.{sorted(unknown)[0]}",
-                            f"one of the known keys ({', '.join(_REQUIRED)}); unknown keys are an error")
+                            f"one of the known keys ({', '.join((*_REQUIRED, *_OPTIONAL))}); unknown keys are "
+                            "an error")
     for key in _REQUIRED:
         if key not in table:
             raise ManifestError(source, f"workload.{key}", "a value (the key is required)")
@@ -103,13 +130,29 @@ def parse_manifest(data: Mapping[str, Any], source: str, directory: Path) -> Wor
     for dtype in tolerance:
         if dtype not in DTYPES:
             raise ManifestError(source, f"workload.tolerance.{dtype}", f"a dtype among {DTYPES}")
+    shapes = _check_shapes(source, "workload.shapes", table["shapes"])
+    cpu_shapes = _check_shapes(source, "workload.cpu_shapes", table["cpu_shapes"])
+    roles = _check_roles(source, table["roles"], (*shapes, *cpu_shapes)) if "roles" in table else None
     return WorkloadManifest(
         name=table["name"], family=table["family"], description=table["description"],
         role=table["role"], kernel=table["kernel"], reference=table["reference"],
-        dtypes=tuple(dtypes), shapes=_check_shapes(source, "workload.shapes", table["shapes"]),
-        cpu_shapes=_check_shapes(source, "workload.cpu_shapes", table["cpu_shapes"]),
-        tolerance={k: float(v) for k, v in tolerance.items()}, directory=directory,
+        dtypes=tuple(dtypes), shapes=shapes, cpu_shapes=cpu_shapes,
+        tolerance={k: float(v) for k, v in tolerance.items()}, directory=directory, roles=roles,
     )
+
+
+def _check_roles(source: str, value: Any, shapes: tuple[Shape, ...]) -> dict[str, str]:
+    """The declared ``[workload.roles]`` table: every key a dim of some shape, every value in DIM_ROLES."""
+    if not isinstance(value, dict):
+        raise ManifestError(source, "workload.roles", 'a table dim = role, e.g. M = "rows"', value)
+    dims = {d for shape in shapes for d in shape}
+    for dim, role in value.items():
+        if role not in DIM_ROLES:
+            raise ManifestError(source, f"workload.roles.{dim}", f"one of {DIM_ROLES}", role)
+        if dim not in dims:
+            raise ManifestError(source, f"workload.roles.{dim}",
+                                f"a dim of the shapes ({', '.join(sorted(dims))})", dim)
+    return dict(value)
 
 
 def load_manifest(path: str | Path) -> WorkloadManifest:

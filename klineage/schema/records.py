@@ -60,7 +60,10 @@ class Condition:
     """A condition on a skill: ``kind`` is "valid" (VALID_WHEN) or "profitable" (PROFITABLE_WHEN).
 
     ``source`` says where it came from ("gate-failure", "induced", "declared"); ``accuracy`` is the
-    fraction of evidence shapes an induced rule classifies right (None when not induced).
+    fraction of evidence shapes an induced rule classifies right (None when not induced);
+    ``oos_accuracy`` the fraction it predicts right out of sample (refitted without each held-out
+    shape or workload) and ``majority`` the majority-class rate of its evidence, which a kept
+    PROFITABLE_WHEN rule beats by a margin (None when not measured).
     """
 
     expr: str
@@ -69,6 +72,8 @@ class Condition:
     description: str = ""
     accuracy: float | None = None
     support: int = 0
+    oos_accuracy: float | None = None
+    majority: float | None = None
 
     @property
     def id(self) -> str:
@@ -80,6 +85,7 @@ class Condition:
         return Node("Condition", self.id, {
             "expr": self.expr, "kind": self.kind, "source": self.source,
             "description": self.description, "accuracy": self.accuracy, "support": self.support,
+            "oos_accuracy": self.oos_accuracy, "majority": self.majority,
         })
 
     @staticmethod
@@ -87,7 +93,7 @@ class Condition:
         """Read a Condition node."""
         p = node.props
         return Condition(p["expr"], p["kind"], p.get("source", "declared"), p.get("description", ""),
-                         p.get("accuracy"), int(p.get("support") or 0))
+                         p.get("accuracy"), int(p.get("support") or 0), p.get("oos_accuracy"), p.get("majority"))
 
 
 @dataclass(frozen=True)
@@ -123,7 +129,10 @@ def skill_id(operator: str) -> str:
 
 @dataclass(frozen=True)
 class Skill:
-    """A verified optimization: what to change, where, when it is valid and profitable, what it did."""
+    """A verified optimization: what to change, where, when it is valid and profitable, what it did.
+
+    ``profitability``: when no PROFITABLE_WHEN rule was kept, what the timings say in words ("paid on
+    5 of 9 measured shapes; no rule separates them"); empty otherwise."""
 
     operator: str
     name: str
@@ -137,6 +146,7 @@ class Skill:
     architectures: tuple[str, ...] = ()
     embedding: tuple[float, ...] = ()
     sample: bool = False
+    profitability: str = ""
 
     @property
     def id(self) -> str:
@@ -155,7 +165,7 @@ class Skill:
             "carrier": self.carrier, "transform": dict(self.transform), "effect": self.effect.to_dict(),
             "support_steps": self.support_steps, "support_lineages": self.support_lineages,
             "architectures": list(self.architectures), "embedding": list(self.embedding),
-            "sample": self.sample,
+            "sample": self.sample, "profitability": self.profitability,
         })
 
     @staticmethod
@@ -169,7 +179,7 @@ class Skill:
             effect=Effect.from_dict(p.get("effect")), support_steps=int(p.get("support_steps") or 0),
             support_lineages=int(p.get("support_lineages") or 0),
             architectures=_tuple(p.get("architectures")), embedding=_tuple(p.get("embedding")),
-            sample=bool(p.get("sample", False)),
+            sample=bool(p.get("sample", False)), profitability=str(p.get("profitability") or ""),
         )
 
 

@@ -80,3 +80,16 @@ def test_unknown_top_level_table(tmp_path: Path) -> None:
     with pytest.raises(ManifestError) as info:
         load_manifest(tmp_path)
     assert info.value.key == "extra"
+
+
+def test_roles_table_is_optional_and_checked(tmp_path: Path) -> None:
+    assert load_manifest(write(tmp_path, GOOD)).roles is None
+    declared = GOOD.replace("[workload.tolerance]", '[workload.roles]\nrows = "rows"\ncols = "reduce"\n\n'
+                            "[workload.tolerance]")
+    assert load_manifest(write(tmp_path, declared)).roles == {"rows": "rows", "cols": "reduce"}
+    for bad, key in (('cols = "reduce"', "workload.roles.cols"), ('colz = "reduce"', "workload.roles.colz")):
+        text = declared.replace('cols = "reduce"', bad if key.endswith("colz") else 'cols = "columns"')
+        write(tmp_path, text)
+        with pytest.raises(ManifestError) as info:
+            load_manifest(tmp_path)
+        assert info.value.key == key and str(tmp_path / "manifest.toml") in str(info.value)
