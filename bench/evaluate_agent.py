@@ -74,7 +74,8 @@ def instances(names: str | None) -> list[Path]:
         missing = sorted(set(wanted) - {p.name for p in found})
         if missing:
             raise SystemExit(f"unknown held-out instance(s): {', '.join(missing)}")
-        found = [p for p in found if p.name in wanted]
+        by_name = {p.name: p for p in found}
+        found = [by_name[name] for name in wanted]  # the order given: diverse instances first
     return found
 
 

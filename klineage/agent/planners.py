@@ -33,6 +33,7 @@ from klineage.agent.moves import Move, MoveStep, composite, single
 from klineage.agent.parameters import step_parameters
 from klineage.agent.problem import Problem
 from klineage.agent.state import AgentState
+from klineage.kb.conditions import evaluate
 from klineage.kb.search import NOT_APPLICABLE, SkillHit
 from klineage.kb.service import KnowledgeBase
 from klineage.transforms.facts import APPLICABLE, PRESENT, KernelFacts, kernel_facts
@@ -146,6 +147,7 @@ class LineagePlanner:
         other applicable skills by score; unprofitable-predicted moves last."""
         facts = kernel_facts(state.source)
         hits = self.hits(state, facts)
+        contexts = state.problem.grid_contexts(state.arch)
         ranked = nearest_lineages(state.problem, state.source, self.lineages())
         moves: list[Move] = []
         demoted: list[Move] = []
@@ -162,20 +164,27 @@ class LineagePlanner:
                 if move is None:
                     continue
                 lost = move.expected_gain is not None and move.expected_gain < 1.0
-                (demoted if lost or self._unprofitable(hits.get(step.operator)) else moves).append(move)
+                (demoted if lost or self._unprofitable(hits.get(step.operator), contexts) else moves).append(move)
         in_lineage = {op for m in moves + demoted for op in m.operators}
         for op, hit in sorted(hits.items(), key=lambda kv: -kv[1].score):
             if op in in_lineage or hit.applicable == NOT_APPLICABLE or facts.state(op) != APPLICABLE:
                 continue
             move = single(op, origin="search", expected_gain=hit.expected_gain,
                           why=f"applicable skill outside the nearest lineage (score {hit.score:.3f})")
-            (demoted if self._unprofitable(hit) else moves).append(move)
+            (demoted if self._unprofitable(hit, contexts) else moves).append(move)
         demoted.sort(key=lambda m: -(m.expected_gain or 0.0))
         return _filter(state, [*_compile_retries(state), *moves, *demoted])
 
-    @staticmethod
-    def _unprofitable(hit: SkillHit | None) -> bool:
-        return hit is not None and any(c.kind == "profitable" and c.value is False for c in hit.checks)
+    def _unprofitable(self, hit: SkillHit | None, contexts: Sequence[dict[str, Any]]) -> bool:
+        """True when the skill's PROFITABLE_WHEN rules are false on most shapes of the grid (a rule
+        that cannot be evaluated on a shape does not count against it)."""
+        if hit is None:
+            return False
+        rules = [c.expr for c in hit.checks if c.kind == "profitable" and c.value is not None]
+        if not rules or not contexts:
+            return False
+        false = sum(any(evaluate(rule, ctx).value is False for rule in rules) for ctx in contexts)
+        return false > len(contexts) / 2
 
     @staticmethod
     def _blocked(op: str, facts: KernelFacts, hits: dict[str, SkillHit]) -> str | None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from klineage.kb.features import FeatureError, canonical_name
+from klineage.kb.features import FeatureError, canonical_name, case_features, manifest_roles
 from klineage.schema.errors import FormatError
 from klineage.schema.manifest import Shape, WorkloadManifest, load_manifest
 
@@ -49,17 +49,30 @@ class Problem:
         shapes = sorted(self.manifest.shapes, key=_size)
         return shapes[len(shapes) // 2]
 
-    def search_context(self, arch: int | None = None) -> dict[str, Any]:
-        """The representative shape and first dtype as search-context features; dims whose names the
-        condition language does not know are left out (they would be refused), never renamed by guess."""
-        context: dict[str, Any] = {"dtype": self.manifest.dtypes[0]}
-        for dim, value in self.representative_shape().items():
+    def grid_contexts(self, arch: int | None = None) -> list[dict[str, Any]]:
+        """``search_context`` of every shape of the grid (what a profitability rule is checked on)."""
+        return [self.search_context(arch, shape) for shape in self.manifest.shapes]
+
+    def search_context(self, arch: int | None = None, shape: Shape | None = None) -> dict[str, Any]:
+        """``shape`` (default: the representative one) and the first dtype as search-context features: the
+        portable features
+        (bytes, flops, rows, reduce_len, ... from the manifest's dim roles, ``kb.features.case_features``)
+        plus the dims whose names the condition language knows; a dim it does not know is left out (it
+        would be refused), never renamed by guess."""
+        shape = shape if shape is not None else self.representative_shape()
+        dtype = self.manifest.dtypes[0]
+        try:
+            features = case_features(shape, dtype, manifest_roles(self.manifest), self.family, arch=arch)
+        except FeatureError:  # a dim without a role: the local names are all search can use
+            features = {**shape, "dtype": dtype, **({"arch": arch} if arch is not None else {})}
+        context: dict[str, Any] = {}
+        for name, value in features.items():
+            if value is None:
+                continue
             try:
-                context[canonical_name(dim)] = value
+                context[canonical_name(name)] = value
             except FeatureError:
                 continue
-        if arch is not None:
-            context["arch"] = arch
         return context
 
 
