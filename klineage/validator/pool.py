@@ -158,7 +158,10 @@ class CandidateWorker:
         if env.get("CUDA_VISIBLE_DEVICES") == "":
             env["KLINEAGE_WORKER_MEMORY_BYTES"] = str(CPU_MEMORY_BYTES)
         command = [python or sys.executable, "-m", "klineage.validator.worker", "--serve", str(child.fileno())]
-        self.containment = containment()
+        # A GPU worker stays in the host's PID namespace: on the H200 (2026-12-04) a worker started under
+        # `unshare --pid` saw no CUDA driver ("0 active drivers"); its descendants are still found and
+        # killed through the subreaper and /proc after every job.
+        self.containment = containment() if env.get("CUDA_VISIBLE_DEVICES") == "" else "subreaper"
         if self.containment == "pid-namespace":
             command = [shutil.which("unshare") or "unshare", "--pid", "--fork", "--kill-child", *command]
         self.stderr_path = self.dir / "worker.stderr"
