@@ -42,11 +42,16 @@ class Condition:
     description: str
     accuracy: float | None
     support: int
+    oos_accuracy: float | None = strawberry.field(
+        description="Fraction of held-out shapes (or workloads) an induced rule predicts right.")
+    majority: float | None = strawberry.field(
+        description="Majority-class rate of the rule's evidence: what a rule must beat out of sample.")
 
     @staticmethod
     def of(c: records.Condition) -> Condition:
         return Condition(id=strawberry.ID(c.id), expr=c.expr, kind=c.kind, source=c.source,
-                         description=c.description, accuracy=c.accuracy, support=c.support)
+                         description=c.description, accuracy=c.accuracy, support=c.support,
+                         oos_accuracy=c.oos_accuracy, majority=c.majority)
 
 
 @strawberry.type(description="What breaks when the skill's assumptions fail.")
@@ -91,6 +96,9 @@ class Skill:
     support_lineages: int
     architectures: list[str]
     sample: bool = strawberry.field(description="True when every piece of evidence is a test fixture.")
+    profitability: str = strawberry.field(
+        description="When no PROFITABLE_WHEN rule was kept: what the timings showed "
+                    "('paid on x of n measured shapes; no rule separates them'); empty otherwise.")
 
     @staticmethod
     def of(s: records.Skill) -> Skill:
@@ -98,7 +106,7 @@ class Skill:
                      anchor=Anchor(predicate=s.anchor.predicate, description=s.anchor.description),
                      carrier=s.carrier, transform=dict(s.transform), effect=Effect.of(s.effect),
                      support=s.support_steps, support_lineages=s.support_lineages,
-                     architectures=list(s.architectures), sample=s.sample)
+                     architectures=list(s.architectures), sample=s.sample, profitability=s.profitability)
 
     @strawberry.field(description="Conditions under which the optimization is correct.")
     async def valid_when(self, info: strawberry.Info[RequestContext, None]) -> list[Condition]:

@@ -30,8 +30,10 @@ finds *something*; what matters is whether it predicts shapes it has not seen. S
 decides is measured out of sample: each point carries a ``group`` (its shape, or its workload when
 the points come from several workloads), the tree is refitted without each group in turn and
 predicts the held-out group. The rule is kept only when that out-of-sample accuracy beats the
-majority-class rate by ``MARGIN`` (0.10) with at least ``MIN_SUPPORT`` (8) points, ``MIN_CLASS`` (2)
-of each label and two groups; otherwise there is no rule, and the result says so in words ("paid on
+majority-class rate by ``MARGIN`` (0.10), and by more than chance (a permutation test: the labels
+shuffled and the whole procedure rerun, p <= ``ALPHA`` = 0.05), with at least ``MIN_SUPPORT`` (8)
+points, ``MIN_CLASS`` (2) of each label and two groups; otherwise there is no rule, and the result
+says so in words ("paid on
 x of n measured shapes; no rule separates them"). The tree's depth (1 or 2) is the one with the
 better out-of-sample accuracy (1 on a tie). ``induce_condition`` (VALID_WHEN) keeps the in-sample fit:
 gate failures are few and a failing shape must be excluded even when it is the only one.
@@ -41,14 +43,15 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from klineage.kb.conditions import PORTABLE_FEATURES, parse_condition
 
-__all__ = ["MARGIN", "MIN_CLASS", "MIN_SUPPORT", "InducedCondition", "LabelledPoint", "induce_condition",
-           "induce_profitable", "readable_threshold"]
+__all__ = ["ALPHA", "MARGIN", "MIN_CLASS", "MIN_SUPPORT", "PERMUTATIONS", "InducedCondition", "LabelledPoint",
+           "induce_condition", "induce_profitable", "permutation_p", "readable_threshold"]
 
 #: A kept rule's out-of-sample accuracy must reach the majority-class rate plus this much.
 MARGIN = 0.10
@@ -56,6 +59,11 @@ MARGIN = 0.10
 MIN_SUPPORT = 8
 #: Fewest points of each label (paid, did not pay) a PROFITABLE_WHEN rule is induced from.
 MIN_CLASS = 2
+#: A kept rule's out-of-sample accuracy must also be unlikely by chance: in a permutation test (the
+#: labels shuffled ``PERMUTATIONS`` times, the whole procedure rerun), p = (1 + shuffles doing as
+#: well) / (1 + PERMUTATIONS) must be at most this.
+ALPHA = 0.05
+PERMUTATIONS = 49
 
 
 @dataclass(frozen=True)
@@ -370,16 +378,45 @@ def _out_of_sample(points: Sequence[LabelledPoint], features: Iterable[str] | No
     return right / len(points)
 
 
+def _best_out_of_sample(points: Sequence[LabelledPoint], features: Iterable[str] | None) -> tuple[int, float]:
+    """The tree depth (1 or 2) with the better out-of-sample accuracy (1 on a tie), and that accuracy."""
+    oos1 = _out_of_sample(points, features, 1)
+    oos2 = _out_of_sample(points, features, 2)
+    return (2, oos2) if oos2 > oos1 else (1, oos1)
+
+
+def permutation_p(points: Sequence[LabelledPoint], features: Iterable[str] | None, observed: float,
+                  permutations: int = PERMUTATIONS, alpha: float = ALPHA, seed: int = 0) -> float:
+    """How likely the out-of-sample accuracy ``observed`` is by chance: the labels are shuffled
+    ``permutations`` times (a fixed ``seed``: the same points give the same answer) and the whole
+    procedure (both depths, every fold) rerun; returns (1 + shuffles reaching ``observed``) /
+    (1 + permutations). Stops early once the answer exceeds ``alpha`` (then it returns a value >
+    ``alpha``, not the full estimate)."""
+    rng = random.Random(seed)
+    labels = [p.label for p in points]
+    reached = 0
+    for _ in range(permutations):
+        rng.shuffle(labels)
+        shuffled = [LabelledPoint(p.features, label, p.group) for p, label in zip(points, labels, strict=True)]
+        if _best_out_of_sample(shuffled, features)[1] >= observed - 1e-12:
+            reached += 1
+            if (1 + reached) / (1 + permutations) > alpha:
+                break
+    return (1 + reached) / (1 + permutations)
+
+
 def induce_profitable(points: Sequence[LabelledPoint], features: Iterable[str] | None = None,
                       positive: str = "paid", margin: float = MARGIN, min_support: int = MIN_SUPPORT,
-                      min_class: int = MIN_CLASS, validation: str = "") -> InducedCondition | None:
+                      min_class: int = MIN_CLASS, validation: str = "", alpha: float = ALPHA
+                      ) -> InducedCondition | None:
     """A PROFITABLE_WHEN rule kept only when it predicts held-out groups (module docstring).
 
     ``points`` carry their ``group`` (a shape, or a workload); ``validation`` names the scheme for the
     description (e.g. "leave-one-workload-out"). Returns None for no points; otherwise an
     InducedCondition whose ``oos_accuracy`` and ``majority`` are set and whose ``kept`` says whether
     the rule passed: at least ``min_support`` points, ``min_class`` of each label, two groups, a
-    non-constant tree, and out-of-sample accuracy >= majority + ``margin``. A rule that is not kept
+    non-constant tree, out-of-sample accuracy >= majority + ``margin``, and a ``permutation_p`` <=
+    ``alpha`` (shuffled labels rarely do as well). A rule that is not kept
     has a description saying plainly "<positive> on x of n measured shapes; no rule separates them"
     (or that it paid on all / none of them), with the numbers behind that verdict.
     """
@@ -403,19 +440,21 @@ def induce_profitable(points: Sequence[LabelledPoint], features: Iterable[str] |
                 f"2 groups to hold out; {n_groups} group(s))")
         return InducedCondition(tree.expr, tree.correct / n, n, n_pos, tree.depth, tree.clauses, text, None,
                                 majority, False, scheme)
-    oos1 = _out_of_sample(points, features, 1)
-    oos2 = _out_of_sample(points, features, 2)
-    depth, oos = (2, oos2) if oos2 > oos1 else (1, oos1)
+    depth, oos = _best_out_of_sample(points, features)
     tree = _fit(points, features, depth)
-    kept = tree.depth > 0 and oos >= majority + margin - 1e-12
+    beats = tree.depth > 0 and oos >= majority + margin - 1e-12
+    chance = permutation_p(points, features, oos, alpha=alpha) if beats else 1.0
+    kept = beats and chance <= alpha
     where = f"{scheme}, {n_groups} folds"
     if kept:
         text = (f"{positive} on {n_pos} of {n} measured shapes; `{tree.expr}` classifies {tree.correct}/{n} "
                 f"in sample and {100 * oos:.0f}% out of sample ({where}) against a majority rate of "
-                f"{100 * majority:.0f}%")
+                f"{100 * majority:.0f}% (permutation p {chance:.2g})")
     else:
+        bar = f"a rule must beat it by {100 * margin:.0f} points" + (
+            f" and beyond chance: permutation p {chance:.2g} > {alpha:g}" if beats else "")
         text = (f"{positive} on {n_pos} of {n} measured shapes; no rule separates them (the best tree "
                 f"predicts {100 * oos:.0f}% of held-out shapes ({where}) against a majority rate of "
-                f"{100 * majority:.0f}%; a rule must beat it by {100 * margin:.0f} points)")
+                f"{100 * majority:.0f}%; {bar})")
     return InducedCondition(tree.expr, tree.correct / n, n, n_pos, tree.depth, tree.clauses, text, oos,
                             majority, kept, scheme)

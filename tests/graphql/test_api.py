@@ -27,8 +27,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "lineages"
 TOKEN = "test-token-123"
 
 SKILL_FIELDS = """id name intent operator anchor { predicate description } carrier transform
-  effect { min median max n } support architectures sample
-  validWhen { expr kind } profitableWhen { expr accuracy } risks { kind description }
+  effect { min median max n } support architectures sample profitability
+  validWhen { expr kind } profitableWhen { expr accuracy oosAccuracy majority } risks { kind description }
   evidence { lineageId stepId workload gpu speedups sample } enables { id }"""
 
 

