@@ -87,12 +87,14 @@ def test_applicable_only_where_the_operator_can_be_added(kb: KnowledgeBase, name
         addable = op.applicable(source) and op.apply(source) is not None
         if hit.applicable == APPLICABLE:
             assert addable, f"{op_id} recommended for {name}, but it cannot be added there"
-            assert not hit.failed, hit.failed
+            # a PROFITABLE_WHEN may fail (grouped-order's K >= 1024 on small_k_gemm): that lowers the score only
+            assert not [f for f in hit.failed if not f.startswith("profitable:")], hit.failed
             assert any(line.startswith(f"anchor applicable: {op_id} can be added") for line in hit.passed)
         if not addable:
             assert hit.applicable == NOT_APPLICABLE, (op_id, hit.applicable)
             assert any(line.startswith(("anchor absent:", "anchor present:")) for line in hit.failed), hit.failed
-    assert {op for op, h in hits.items() if h.applicable == APPLICABLE} == EXPECTED[name]
+    if name in EXPECTED:  # the exact answer is pinned for the original seven; the contract above holds for all
+        assert {op for op, h in hits.items() if h.applicable == APPLICABLE} == EXPECTED[name]
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES

@@ -40,7 +40,7 @@ KINDS: dict[str, set[str]] = {
     "norm": {"rmsnorm", "add_rmsnorm", "group_norm"},
     "softmax": {"log_softmax", "masked_softmax", "scaled_softmax"},
     "cross-entropy": {"smoothed_cross_entropy"},
-    "elementwise fusion": {"silu_mul", "swiglu", "gelu_mul"},
+    "elementwise fusion": {"silu_mul", "swiglu", "gelu_mul", "rope"},
 }
 
 #: Outputs whose dtype is not the first input's (the contract is in the workload's reference.py).
