@@ -238,3 +238,22 @@ def test_portable_params_of_the_lineage_steps() -> None:
     with pytest.raises(ValueError, match="unknown operator"):
         portable_params("no-such-op", bmm, bmm)
     assert portable_params("exp2", bmm, bmm) == {}
+
+
+def test_a_grid_shared_with_another_launch_is_left_alone() -> None:
+    """The matmul and its epilogue kernel share one grid local: moving the matmul's tile would change
+    the other launch's program count too."""
+    source = naive_cases()["naive_matmul_epilogue"].source
+    assert AUTOTUNE.apply(source) is None
+    assert AUTOTUNE.apply(source, configs=[{"tile_m": 64, "tile_n": 64}]) is None
+    assert TILE.apply(source) is None and TILE.apply(source, tiles={"tile_m": 64}) is None
+
+
+def test_a_block_that_covers_a_whole_row_is_not_moved() -> None:
+    """A single-pass row kernel with a literal block: the block is not partitioned and steps no loop,
+    so no role config or tile change may touch it (it must cover the row)."""
+    source = naive_cases()["naive_softmax"].source.replace("BLOCK=BLOCK)", "BLOCK=128)")
+    assert "BLOCK=128)" in source
+    rw = AUTOTUNE.apply(source, configs=[{"block_cols": 32, "num_warps": 8}])
+    assert rw is None or "'BLOCK'" not in rw.source
+    assert TILE.apply(source, tiles={"block_cols": 32}) is None

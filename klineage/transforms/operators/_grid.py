@@ -46,6 +46,17 @@ def _int_of(node: ast.expr, la: Launch) -> int | None:
     return v
 
 
+def grid_shared(la: Launch) -> bool:
+    """True when the launch's grid is a host name read anywhere else (another launch, a print): a
+    rewrite of that grid would change more than this launch."""
+    if not isinstance(la.grid, ast.Name) or la.func is None:
+        return False
+    loads = sum(
+        isinstance(n, ast.Name) and n.id == la.grid.id and isinstance(n.ctx, ast.Load) for n in ast.walk(la.func)
+    )
+    return loads > 1
+
+
 def grid_expr(m: Module, la: Launch) -> tuple[ast.expr, str | None] | None:
     """The grid's tuple expression and its meta argument name (see ``grid_tuple``)."""
     return grid_tuple(m, la)
