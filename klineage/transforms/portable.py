@@ -14,7 +14,7 @@ import ast
 from typing import Any
 
 from klineage.transforms._source import int_const, str_const
-from klineage.transforms._triton import autotune_configs, kwarg, tl_func
+from klineage.transforms._triton import autotune_configs, kwarg, single_value, tl_func
 from klineage.transforms.operators._common import Module, param_default, parse
 from klineage.transforms.operators._roles import ROLES, kernel_roles
 from klineage.transforms.operators.tuning import _pinned_configs
@@ -93,11 +93,41 @@ def _meta_values(m: Module, name: str, configs: list[dict[str, Any]]) -> list[in
         calls += [la.call for la in m.launches_of(k)]
         if name == "num_stages":
             calls += [n for n in ast.walk(k.node) if tl_func(n, m.al) == "range"]  # type: ignore[misc]
+    hosts = {id(la.call): la.func for k in m.kernels for la in m.launches_of(k)}
     for c in sorted(calls, key=lambda c: (c.lineno, c.col_offset)):
-        v = int_const(kwarg(c, name))
-        if v is not None:
-            out.append(v)
+        node = kwarg(c, name)
+        if isinstance(node, ast.Name) and hosts.get(id(c)) is not None:
+            node = single_value(hosts[id(c)], node.id) or node
+        out += _branch_ints(node)
     return list(dict.fromkeys(out))
+
+
+def _branch_ints(node: ast.AST | None) -> list[int]:
+    """An int literal, or the int literals a conditional expression (``8 if w >= 2048 else 4``,
+    nested) can give; [] for anything else."""
+    if isinstance(node, ast.IfExp):
+        a, b = _branch_ints(node.body), _branch_ints(node.orelse)
+        return a + b if a and b else []
+    v = int_const(node)
+    return [] if v is None else [v]
+
+
+def _meta_exprs(m: Module, name: str) -> list[str]:
+    """Source text of the ``name=`` values at launches that are not an int (computed on the host)."""
+    out: list[str] = []
+    for k in m.kernels:
+        for la in m.launches_of(k):
+            node = kwarg(la.call, name)
+            if node is None or int_const(node) is not None:
+                continue
+            if isinstance(node, ast.Name) and int_const(single_value(la.func, node.id)) is not None:
+                continue
+            text = m.src.seg(node)
+            if isinstance(node, ast.Name) and (v := single_value(la.func, node.id)) is not None:
+                text = m.src.seg(v)
+            if text not in out:
+                out.append(text)
+    return out
 
 
 def _group_sizes(m: Module) -> list[int]:
@@ -128,8 +158,10 @@ def _eviction(m: Module) -> list[dict[str, str]]:
 def kernel_params(source: str) -> dict[str, Any]:
     """Every portable parameter a source sets: ``configs`` (autotune configs in role terms),
     ``tiles`` (role -> first value written) with ``tile_values`` (role -> every distinct value),
-    ``warps`` / ``stages`` / ``maxnreg`` / ``group_size_m`` (the largest value written, with
-    ``*_values`` lists), ``eviction_policies``. Keys with nothing written are left out. ValueError
+    ``warps`` / ``stages`` / ``maxnreg`` / ``group_size_m`` (the largest int value written, with
+    ``*_values`` lists; values a launch computes on the host are given as source text in
+    ``warps_exprs`` / ``stages_exprs`` / ``maxnreg_exprs``, the int branches of a conditional
+    counting as values), ``eviction_policies``. Keys with nothing written are left out. ValueError
     when the source does not parse."""
     m = parse(source)
     if m is None:
@@ -149,6 +181,9 @@ def kernel_params(source: str) -> dict[str, Any]:
         if vals:
             out[key] = max(vals)
             out[f"{key}_values"] = vals
+        exprs = _meta_exprs(m, name)
+        if exprs:
+            out[f"{key}_exprs"] = exprs
     groups = _group_sizes(m)
     if groups:
         out["group_size_m"] = max(groups)
@@ -186,6 +221,9 @@ def portable_params(operator_id: str, before: str, after: str) -> dict[str, Any]
         out[key] = pb[key]
         if f"{key}_values" in pb:
             out[f"{key}_values"] = pb[f"{key}_values"]
+    for key in keys:
+        if f"{key}_exprs" in pb:
+            out[f"{key}_exprs"] = pb[f"{key}_exprs"]
     return out
 
 

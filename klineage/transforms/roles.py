@@ -8,9 +8,19 @@ from klineage.transforms.operators._roles import (
     ROLES,
     Role,
     kernel_roles,
+    movable_params,
     partitioned_params,
     role_params,
     tile_roles,
 )
 
-__all__ = ["META_PARAMS", "ROLES", "Role", "kernel_roles", "partitioned_params", "role_params", "tile_roles"]
+__all__ = [
+    "META_PARAMS",
+    "ROLES",
+    "Role",
+    "kernel_roles",
+    "movable_params",
+    "partitioned_params",
+    "role_params",
+    "tile_roles",
+]

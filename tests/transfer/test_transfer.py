@@ -22,7 +22,10 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
 }
 
 #: Operators that no held-out kernel exercises, with the reason (none today: keep it that way).
-NOT_COVERED: dict[str, str] = {}
+NOT_COVERED: dict[str, str] = {
+    "epilogue-fusion": "no held-out kernel launches its epilogue as a second kernel (linear_gelu is already "
+    "fused); tests/transfer/test_epilogue_transfer.py splits linear_gelu with simplify and fuses it back",
+}
 
 #: The held-out kernels this check runs on: the original seven only, on purpose. It gates every applicable
 #: operator alone and two chains per kernel under the interpreter, so its cost grows with every kernel; the

@@ -159,7 +159,14 @@ def _naive_specs() -> dict[str, tuple[Callable[[], list[tuple]], Callable[..., A
         g = _g(12)
         return [(torch.randn(4, 150, generator=g), torch.randn(150, generator=g))]
 
+    def matmul_epilogue() -> list[tuple]:
+        g = _g(13)
+        return [
+            (torch.randn(37, 40, generator=g), torch.randn(40, 21, generator=g), torch.randn(21, generator=g))
+        ]
+
     return {
+        "naive_matmul_epilogue": (matmul_epilogue, lambda x, w, b: torch.relu(x @ w + b)),
         "naive_looped_softmax": (looped_softmax, lambda x: torch.softmax(x, dim=-1)),
         "naive_looped_rmsnorm": (
             looped_rmsnorm,

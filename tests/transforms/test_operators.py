@@ -31,6 +31,8 @@ APPLY_NAIVE: dict[str, tuple[str, ...]] = {
     "pipelining": ("naive_linear", "naive_gemm", "naive_layernorm", "naive_cross_entropy", "naive_attention"),
     "register-cap": ("naive_gemm", "naive_linear", "naive_attention"),
     "grouped-order": ("naive_gemm", "naive_linear"),
+    "epilogue-fusion": ("naive_matmul_epilogue",),
+    "split-k": ("naive_gemm",),
     "persistent": ("naive_gemm", "naive_linear"),
     "row-persistent": (
         "naive_softmax",
@@ -139,6 +141,8 @@ FEATURE_OF = {
     "causal-skip": "causal_skip",
     "single-pass-row": "single_pass_row",
     "register-cap": "register_cap",
+    "epilogue-fusion": "epilogue_fusion",
+    "split-k": "split_k",
 }
 
 

@@ -46,9 +46,43 @@ def _int_of(node: ast.expr, la: Launch) -> int | None:
     return v
 
 
+def grid_shared(la: Launch) -> bool:
+    """True when the launch's grid is a host name whose binding (the one the launch sees) is read
+    anywhere else (another launch, a print): a rewrite of that grid would change more than this
+    launch."""
+    if not isinstance(la.grid, ast.Name) or la.func is None:
+        return False
+    name, line = la.grid.id, la.call.lineno
+    bindings = sorted(
+        n.lineno
+        for n in ast.walk(la.func)
+        if (isinstance(n, ast.FunctionDef) and n.name == name and n is not la.func)
+        or (isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store))
+    )
+    lo = max((b for b in bindings if b < line), default=0)
+    hi = min((b for b in bindings if b > line), default=float("inf"))
+    loads = sum(
+        isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) and lo < n.lineno < hi
+        for n in ast.walk(la.func)
+    )
+    return loads > 1
+
+
 def grid_expr(m: Module, la: Launch) -> tuple[ast.expr, str | None] | None:
     """The grid's tuple expression and its meta argument name (see ``grid_tuple``)."""
     return grid_tuple(m, la)
+
+
+def grid_function(m: Module, la: Launch) -> ast.FunctionDef | ast.Lambda | None:
+    """The meta function a grid is (a lambda, or the local ``def grid(meta)`` the launch sees), else None."""
+    gt = grid_tuple(m, la)
+    if gt is None or gt[1] is None or la.func is None:
+        return None
+    tup = gt[0]
+    for n in ast.walk(la.func):
+        if isinstance(n, (ast.Lambda, ast.FunctionDef)) and n is not la.func and any(x is tup for x in ast.walk(n)):
+            return n
+    return None
 
 
 def grid_divs(m: Module, la: Launch) -> list[GridDiv] | None:
@@ -59,6 +93,19 @@ def grid_divs(m: Module, la: Launch) -> list[GridDiv] | None:
     if gt is None:
         return None
     node, _meta = gt
+    fn = grid_function(m, la)
+    inner: set[str] = set()
+    if isinstance(fn, ast.FunctionDef):
+        # a meta function: its own locals count with meta; a constant division anywhere in it is
+        # not rewritten here, so it is not understood
+        inner = {x.id for x in ast.walk(fn) if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Store)}
+        for x in ast.walk(fn):
+            if (isinstance(x, ast.Call) and triton_func(x, m.al) == "cdiv" and len(x.args) == 2
+                    and _int_of(x.args[1], la) is not None):
+                return None
+            if (isinstance(x, ast.BinOp) and isinstance(x.op, (ast.FloorDiv, ast.Div))
+                    and _int_of(x.right, la) is not None):
+                return None
     out: list[GridDiv] = []
     claimed: set[int] = set()
     for n in ast.walk(node):
@@ -83,7 +130,7 @@ def grid_divs(m: Module, la: Launch) -> list[GridDiv] | None:
             }
     # a host local the grid reads that itself divides by a constant (tiles = cdiv(M, 32) * ...)
     if la.func is not None:
-        for name in {x.id for x in ast.walk(node) if isinstance(x, ast.Name)}:
+        for name in {x.id for x in ast.walk(node) if isinstance(x, ast.Name)} - inner:
             v = single_value(la.func, name)
             if v is not None and any(
                 (isinstance(x, ast.Call) and triton_func(x, m.al) == "cdiv")
@@ -193,6 +240,9 @@ def meta_reads(m: Module, la: Launch) -> set[str]:
     if gt is None or gt[1] is None:
         return set()
     node, meta = gt
+    fn = grid_function(m, la)
+    if isinstance(fn, ast.FunctionDef):
+        node = fn  # type: ignore[assignment]
     return {
         x.slice.value
         for x in ast.walk(node)

@@ -31,6 +31,7 @@ from klineage.transforms._triton import (
     Kernel,
     accumulator_tile,
     arange_blocks,
+    loop_step_names,
     loops,
     range_call,
     single_value,
@@ -89,6 +90,16 @@ def kernel_roles(m: Module, k: Kernel) -> dict[str, str]:
     for p in blocks:
         out[p] = "rows_per_program" if p in parts else "block_cols"
     return out
+
+
+def movable_params(m: Module, k: Kernel) -> set[str]:
+    """Constexprs whose value a tuning rewrite may change without changing what the kernel computes,
+    given that the launch grid follows (``_grid``): tiles the program id partitions, steps of loops
+    (the loop covers the extent with any step), and the group-size swizzle. A block that must cover
+    a whole extent in one piece (a single-pass row, a head dimension) is not movable."""
+    roles = kernel_roles(m, k)
+    group = {p for p, r in roles.items() if r == "group_size_m"}
+    return partitioned_params(k, m.al) | loop_step_names(k, m.al) | set(_dot_steps(m, k)) | group
 
 
 def partitioned_params(k: Kernel, al: Aliases) -> set[str]:

@@ -53,6 +53,7 @@ from klineage.transforms.operators._common import (
 from klineage.transforms.operators._grid import (
     grid_divs,
     grid_names,
+    grid_shared,
     launch_values,
     meta_reads,
     pair_div,
@@ -68,7 +69,7 @@ from klineage.transforms.operators._restore import (
     rewrite_with_hunks,
     where,
 )
-from klineage.transforms.operators._roles import ROLES, kernel_roles, role_params
+from klineage.transforms.operators._roles import ROLES, kernel_roles, movable_params, role_params
 
 
 def _has_load_loop(k: Kernel, m: Module) -> bool:
@@ -308,9 +309,10 @@ class Autotune(Operator):
 
     # -- apply
     def _tunables(self, m: Module, k: Kernel) -> dict[str, int]:
-        """Constexpr tile params with one int value at every launch (literal or a local int)."""
+        """Constexpr tile params with one int value at every launch (literal or a local int) that a
+        rewrite may move (``movable_params``: not a block that must cover a whole extent)."""
         out: dict[str, int] = {}
-        tiles = set(arange_blocks(k, m.al))
+        tiles = set(arange_blocks(k, m.al)) & movable_params(m, k)
         for p in k.constexprs:
             if p not in tiles:
                 continue
@@ -394,6 +396,8 @@ class Autotune(Operator):
         fixed = {**defaults, **self._fixed_constexprs(m, k)}
         tun = self._tunables(m, k)
         cex = set(k.constexprs)
+        movable = movable_params(m, k)
+        aranges = set(arange_blocks(k, m.al))
         if role_configs is not None:
             roles = kernel_roles(m, k)
             mapped: list[dict[str, Any]] = []
@@ -403,11 +407,13 @@ class Autotune(Operator):
                     if name in _META:
                         d[name] = value
                     elif name in ROLES:
-                        d.update({p: value for p in role_params(roles, name) if p in fixed})
-                    elif name in fixed:
+                        d.update({p: value for p in role_params(roles, name) if p in fixed and p in movable})
+                    elif name in fixed and name in movable:
                         d[name] = value
                 mapped.append(d)
             tuned = {p for d in mapped for p in d if p not in _META}
+            if not tuned and not any(n in _META for d in mapped for n in d):
+                return None  # nothing of the configs applies to this kernel
         elif given:
             mapped = [
                 {n: _literal(v) for n, v in c.items() if n in _META or n in cex} for c in given.get("configs") or []
@@ -423,7 +429,7 @@ class Autotune(Operator):
             if any(v is None for v in full.values()):
                 return None
             ints = {p: v for p, v in {**fixed, **full}.items() if isinstance(v, int) and not isinstance(v, bool)}
-            if not _static_ok(k, m, ints):
+            if not _static_ok(k, m, ints) or not _pow2_ok(ints, aranges):
                 continue
             full.update({n: v for n, v in d.items() if n in _META})
             text = {n: (str(v) if isinstance(v, _Raw) else repr(v)) for n, v in full.items()}
@@ -586,6 +592,10 @@ class Autotune(Operator):
             return None
         values = launch_values(m, k, la)
         must = partitioned(m, k) & tuned
+        if grid_shared(la) and (must or divs or any(
+            isinstance(n, ast.Name) and n.id in local_names for n in ast.walk(node)
+        )):
+            return None  # the grid is another launch's too
         repl: list[tuple[ast.AST, str]] = []
         counted: set[str] = set()
         meta_name = meta or "META"
@@ -669,6 +679,11 @@ def _static_ok(k: Kernel, m: Module, values: dict[str, int]) -> bool:
         except (ArithmeticError, TypeError, ValueError):
             return False
     return True
+
+
+def _pow2_ok(values: dict[str, int], aranges: set[str]) -> bool:
+    """``tl.arange`` extents must be powers of two: False when a value given to one is not."""
+    return all(v > 0 and v & (v - 1) == 0 for p, v in values.items() if p in aranges)
 
 
 def _merge_appends(edits: list[Edit]) -> list[Edit]:
@@ -798,7 +813,7 @@ class TileSize(Operator):
             for k, s in self._sites(m, include_steps=True, dot_only=False):
                 roles = kernel_roles(m, k)
                 new = tiles.get(s.name, tiles.get(roles.get(s.name, ""), None))
-                if new is not None and int_value(s) != new:
+                if new is not None and int_value(s) != new and s.name in movable_params(m, k):
                     changes.append((k, s, new))
             by_kernel: dict[str, dict[str, int]] = {}
             for k, s, new in changes:
@@ -807,7 +822,8 @@ class TileSize(Operator):
             for k in m.kernels:
                 if k.name in by_kernel:
                     fixed = Autotune._fixed_constexprs(m, k)
-                    if not _static_ok(k, m, {**fixed, **by_kernel[k.name]}):
+                    values = {**fixed, **by_kernel[k.name]}
+                    if not _static_ok(k, m, values) or not _pow2_ok(by_kernel[k.name], set(arange_blocks(k, m.al))):
                         bad.add(k.name)
             changes = [c for c in changes if c[0].name not in bad]
         else:
@@ -816,7 +832,7 @@ class TileSize(Operator):
             for k, s in self._sites(m, include_steps=False):
                 v = int_value(s) or 0
                 new = max(v * factor, 2 * self.small)
-                if v and new <= max_tile:
+                if v and new <= max_tile and s.name in movable_params(m, k):
                     changes.append((k, s, new))
         edits = _retile(m, changes)
         if not edits:
@@ -860,6 +876,8 @@ def _grid_follows(m: Module, k: Kernel, mine: list[tuple[Any, Any]]) -> list[Edi
                 here[s.name] = None  # the autotuner sets it: the grid must read META
         if not here:
             continue
+        if grid_shared(la) and must_all & set(here):
+            return None  # the grid is another launch's too: it cannot follow this kernel's tile
         divs = grid_divs(m, la)
         if divs is None:
             if must_all & set(here):
