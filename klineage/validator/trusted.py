@@ -23,6 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from klineage.validator import ipc
 from klineage.validator.channel import pack, unpack
 from klineage.validator.checks import CallResult, CandidateError
 from klineage.validator.pool import CandidateWorker
@@ -59,6 +60,9 @@ class RemoteCandidate:
         self.deadline = deadline
         self.device = device
         self.configs = 1
+        # CUDA IPC instead of the socket for tensors on the GPU (``ipc``); off for the rest of the job after
+        # the first failure, which falls back to the socket for that message.
+        self.ipc = device.startswith("cuda") and ipc.enabled()
 
     def _ask(self, header: dict[str, Any], payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
         reply, blob = self.worker.request(header, payload, self.deadline)
@@ -85,9 +89,50 @@ class RemoteCandidate:
         return {"status": outcome["status"], "reason": outcome.get("reason", ""),
                 "metrics": outcome.get("metrics", {})}
 
+    def _send_inputs(self, header: dict[str, Any], inputs: Sequence[Any]) -> tuple[dict[str, Any], bytes]:
+        """Send ``header`` with ``inputs`` (through CUDA IPC when it works, else the socket); the reply."""
+        if self.ipc:
+            try:
+                meta = ipc.share(tuple(inputs))
+            except ipc.IpcError:
+                meta = None
+            if meta is not None:
+                try:
+                    return self._ask({**header, "ipc_in": meta, "ipc_out": True})
+                except CandidateError as exc:
+                    if "ipc:" not in str(exc):
+                        raise
+                    self.ipc = False
+        return self._ask({**header, "ipc_out": self.ipc}, pack(tuple(inputs)))
+
+    def _body(self, reply: dict[str, Any], blob: bytes) -> Any:
+        """The answer's body: its output mapped through CUDA IPC (asked again through the socket when the
+        mapping fails), the rest read safely from the payload."""
+        shared = reply.get("ipc_out")
+        if shared is None:
+            return unpack(blob)
+        if not isinstance(shared, dict) or shared.get("form") not in ("tensor", "tuple", "list"):
+            raise CandidateError("the worker's IPC answer is malformed")
+        try:
+            items = ipc.receive(shared.get("meta"), self.device)
+        except ipc.IpcError:
+            self.ipc = False
+            _, again = self._ask({"op": "resend"})
+            return unpack(again)
+        out: Any = items[0] if shared["form"] == "tensor" else tuple(items) if shared["form"] == "tuple" \
+            else list(items)
+        if shared["form"] == "tensor" and len(items) != 1:
+            raise CandidateError("the worker's IPC answer is malformed")
+        body = unpack(blob) if blob else {}
+        if not isinstance(body, dict):
+            raise CandidateError("the worker's answer is malformed")
+        return {**body, "out": out}
+
     def _result(self, reply: dict[str, Any], blob: bytes) -> CallResult:
         try:
-            body = unpack(blob)
+            body = self._body(reply, blob)
+        except CandidateError:
+            raise
         except Exception as exc:
             raise CandidateError(f"the outputs could not be read back safely: {type(exc).__name__}") from exc
         if not isinstance(body, dict) or "out" not in body:
@@ -103,19 +148,21 @@ class RemoteCandidate:
     def call(self, slot: str, inputs: Sequence[Any] | None = None, config: int | None = None,
              return_inputs: bool = False) -> CallResult:
         """``run`` in the worker on ``inputs`` (None: the slot's tensors again); see CandidateRunner."""
-        payload = pack(tuple(inputs)) if inputs is not None else b""
-        reply, blob = self._ask({"op": "call", "slot": slot, "config": config, "return_inputs": return_inputs},
-                                payload)
+        header = {"op": "call", "slot": slot, "config": config, "return_inputs": return_inputs}
+        if inputs is not None:
+            reply, blob = self._send_inputs(header, inputs)
+        else:
+            reply, blob = self._ask({**header, "ipc_out": self.ipc})
         return self._result(reply, blob)
 
     def refill(self, slot: str, inputs: Sequence[Any]) -> None:
         """Copy new data into the slot's tensors in place, in the worker."""
-        self._ask({"op": "refill", "slot": slot}, pack(tuple(inputs)))
+        self._send_inputs({"op": "refill", "slot": slot}, inputs)
 
     def time(self, slot: str, inputs: Sequence[Any], rep_ms: float, host_lead_us: float) -> tuple[Any, CallResult]:
         """Time ``run`` in the worker; (its statistics, its last output)."""
-        reply, blob = self._ask({"op": "time", "slot": slot, "rep_ms": rep_ms, "host_lead_us": host_lead_us},
-                                pack(tuple(inputs)))
+        reply, blob = self._send_inputs({"op": "time", "slot": slot, "rep_ms": rep_ms, "host_lead_us": host_lead_us},
+                                        inputs)
         result = self._result({**reply, "launches": 1}, blob)
         return reply.get("stats"), result
 

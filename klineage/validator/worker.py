@@ -100,6 +100,7 @@ class Server:
         self.module_name = ""
         self.job_dir: Path | None = None
         self.slots: dict[str, Any] = {}
+        self.held: dict[str, Any] | None = None  # an answer's body whose output went through CUDA IPC
         self.jobs = 0
         self.env = environment()
         self._warm_up()
@@ -194,20 +195,62 @@ class Server:
                                    self.on_gpu, module_name=f"{self.module_name}_compile")
         return {"ok": True, "outcome": outcome}, b""
 
+    def _inputs(self, header: dict[str, Any], payload: bytes) -> tuple[Any, ...]:
+        """The inputs a message carries: through CUDA IPC (``ipc_in``) or the socket payload."""
+        from klineage.validator.channel import unpack
+
+        if header.get("ipc_in") is not None:
+            from klineage.validator.ipc import receive
+
+            return receive(header["ipc_in"], self.device)
+        return tuple(unpack(payload, self.device))
+
+    def _answer(self, header: dict[str, Any], body: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        """The reply fields and payload that carry ``body`` (``out`` and maybe ``inputs``) back: the output
+        through CUDA IPC when the trusted side accepts it and it is one tensor or a flat tuple/list of
+        them (held here until the next request), everything else through the socket."""
+        from klineage.validator.channel import pack
+
+        self.held = None
+        out = body["out"]
+        if header.get("ipc_out") and self.on_gpu:
+            from klineage.validator.ipc import IpcError, share
+
+            form = "tensor" if isinstance(out, self.torch.Tensor) else type(out).__name__
+            items = [out] if form == "tensor" else list(out) if form in ("tuple", "list") else None
+            if items is not None:
+                try:
+                    meta = share(items)
+                except IpcError:
+                    meta = None
+                if meta is not None:
+                    self.held = body
+                    rest = {k: v for k, v in body.items() if k != "out"}
+                    return {"ipc_out": {"form": form, "meta": meta}}, pack(rest) if rest else b""
+        return {}, pack(body)
+
+    def op_resend(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+        """The last answer's body again, through the socket (after an IPC mapping failed on the trusted side)."""
+        from klineage.validator.channel import pack
+
+        if self.held is None:
+            raise RuntimeError("nothing to resend")
+        body, self.held = self.held, None
+        return {"ok": True}, pack(body)
+
     def _sync(self) -> None:
         if self.on_gpu:
             self.torch.cuda.synchronize()
 
     def op_call(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         """``run(*slot)``; a payload replaces the slot's inputs first. Answers outputs and findings."""
-        from klineage.validator.channel import pack, unpack
         from klineage.validator.harness import CandidateAudit
 
         if self.module is None:
             raise RuntimeError("no candidate loaded")
         slot = str(header.get("slot", "main"))
-        if payload:
-            self.slots[slot] = tuple(unpack(payload, self.device))
+        if payload or header.get("ipc_in") is not None:
+            self.slots[slot] = self._inputs(header, payload)
         inputs = self.slots[slot]
         pin = header.get("config")
         self.watch.pin = int(pin) if pin is not None else None
@@ -227,20 +270,18 @@ class Server:
         if header.get("return_inputs"):
             body["inputs"] = inputs
         try:
-            blob = pack(body)
+            fields, blob = self._answer(header, body)
         except Exception as exc:
             raise TypeError(f"run returned something that is not tensors, numbers or tuples of them: "
                             f"{type(out).__name__} ({exc})") from exc
         return {"ok": True, "launches": launched, "kernels": kernels, "violations": dict(audit.violations),
                 "poisoned": audit.poisoned, "pruned_pins": sorted(self.watch.pruned_pins),
-                "out_devices": _devices(out)}, blob
+                "out_devices": _devices(out), **fields}, blob
 
     def op_refill(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         """Copy new data into the slot's tensors in place (same addresses, other values)."""
-        from klineage.validator.channel import unpack
-
         slot = str(header.get("slot", "main"))
-        new = tuple(unpack(payload, self.device))
+        new = self._inputs(header, payload)
         for now, value in zip(self.slots[slot], new, strict=True):
             if isinstance(now, self.torch.Tensor) and isinstance(value, self.torch.Tensor):
                 now.copy_(value)
@@ -249,19 +290,19 @@ class Server:
 
     def op_time(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         """Time ``run(*slot)`` with CUDA events (``perf.time_cuda``); answers stats and the last output."""
-        from klineage.validator.channel import pack, unpack
         from klineage.validator.perf import time_cuda
 
         if not self.on_gpu:
             raise RuntimeError("no GPU: nothing to time")
         slot = str(header.get("slot", "main"))
-        if payload:
-            self.slots[slot] = tuple(unpack(payload, self.device))
+        if payload or header.get("ipc_in") is not None:
+            self.slots[slot] = self._inputs(header, payload)
         inputs = self.slots[slot]
         module = self.module
         stats, last = time_cuda(lambda: module.run(*inputs), rep_ms=float(header.get("rep_ms", 100.0)),
                                 host_lead_us=float(header.get("host_lead_us", 0.0)))
-        return {"ok": True, "stats": stats, "out_devices": _devices(last)}, pack({"out": last})
+        fields, blob = self._answer(header, {"out": last})
+        return {"ok": True, "stats": stats, "out_devices": _devices(last), **fields}, blob
 
     def op_unload(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         """End the job: drop its module and tensors; report whether the device is still usable."""
@@ -282,6 +323,7 @@ class Server:
 
     def _drop(self) -> None:
         self.module = None
+        self.held = None
         self.slots.clear()
         for name in [n for n in sys.modules if n.startswith("klineage_candidate_")]:
             sys.modules.pop(name, None)
