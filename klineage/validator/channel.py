@@ -90,23 +90,27 @@ def recv_message(sock: socket.socket, deadline: float | None = None,
     return header, payload
 
 
+def _map_tensors(value: Any, fn: Any) -> Any:
+    """``value`` with ``fn`` applied to every tensor inside tuples, lists and dicts."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, tuple):
+        return tuple(_map_tensors(x, fn) for x in value)
+    if isinstance(value, list):
+        return [_map_tensors(x, fn) for x in value]
+    if isinstance(value, dict):
+        return {k: _map_tensors(x, fn) for k, x in value.items()}
+    return value
+
+
 def pack(value: Any) -> bytes:
     """Serialize tensors (moved to the CPU), numbers, strings and tuples/lists/dicts of them."""
     import torch
 
-    def cpu(v: Any) -> Any:
-        if isinstance(v, torch.Tensor):
-            return v.detach().cpu()
-        if isinstance(v, tuple):
-            return tuple(cpu(x) for x in v)
-        if isinstance(v, list):
-            return [cpu(x) for x in v]
-        if isinstance(v, dict):
-            return {k: cpu(x) for k, x in v.items()}
-        return v
-
     buffer = io.BytesIO()
-    torch.save(cpu(value), buffer)
+    torch.save(_map_tensors(value, lambda t: t.detach().cpu()), buffer)
     return buffer.getvalue()
 
 
@@ -115,18 +119,4 @@ def unpack(payload: bytes, device: Any = None) -> Any:
     import torch
 
     value = torch.load(io.BytesIO(payload), weights_only=True, map_location="cpu")
-    if device is None:
-        return value
-
-    def move(v: Any) -> Any:
-        if isinstance(v, torch.Tensor):
-            return v.to(device)
-        if isinstance(v, tuple):
-            return tuple(move(x) for x in v)
-        if isinstance(v, list):
-            return [move(x) for x in v]
-        if isinstance(v, dict):
-            return {k: move(x) for k, x in v.items()}
-        return v
-
-    return move(value)
+    return value if device is None else _map_tensors(value, lambda t: t.to(device))
