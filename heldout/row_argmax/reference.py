@@ -7,12 +7,15 @@ _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 def make_inputs(shape: dict, dtype: str, seed: int, device: str = "cpu") -> tuple:
-    """Return (x,): logits from N(0, 3²) plus a per-row offset (ties occur in bf16 and are kept)."""
+    """Return (x,): logits from N(0, 3²) plus a per-row offset, with every row's maximum repeated in its
+    last column (a tie, usually with an earlier column block: the first index must win)."""
     g = torch.Generator(device=device).manual_seed(seed)
     rows, cols = shape["rows"], shape["cols"]
     x = 3.0 * torch.randn((rows, cols), generator=g, device=device)
     x += 4.0 * torch.randn((rows, 1), generator=g, device=device)
-    return (x.to(_DTYPES[dtype]),)
+    x = x.to(_DTYPES[dtype])
+    x[:, -1] = x.amax(dim=-1)
+    return (x,)
 
 
 def reference(x: torch.Tensor) -> torch.Tensor:
