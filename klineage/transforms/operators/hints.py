@@ -280,7 +280,9 @@ class Int64Offsets(Operator):
     def _candidates(self, m: Module) -> list[tuple[Kernel, ast.expr]]:
         out = []
         for k in m.kernels:
-            pid = pid_derived(k.node, m.al)
+            # An index comes from the program id and never from loaded data: casting a loaded value
+            # (``x * scale`` with x = tl.load(...)) would truncate it (seen on heldout/scaled_softmax).
+            pid = pid_derived(k.node, m.al) - pid_derived(k.node, m.al, "load")
             runtime = {p.name for p in k.params if not p.constexpr}
             for n in ast.walk(k.node):
                 if not (isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult)):
