@@ -47,7 +47,7 @@ async def _call(fn: Callable[..., dict[str, Any]], **kwargs: Any) -> dict[str, A
 
 def build_server(tools: KLineageTools) -> MCPServer:
     """An ``MCPServer`` exposing ``tools`` (six tools), the skill and lineage cards, and the prompt."""
-    server = MCPServer("klineage", instructions=INSTRUCTIONS, version="0.1.0")
+    server = MCPServer("klineage", instructions=INSTRUCTIONS, version="0.1.0", log_level="WARNING")
 
     @server.tool(description="Skills ranked for a text, a problem context (feature name -> value, e.g. "
                  "{\"M\": 4096, \"dtype\": \"bf16\"}) and/or a kernel's source; each hit with its "
