@@ -112,7 +112,8 @@ def test_every_tool_resource_and_prompt(connect: Callable[[], Client], kb_dir: P
     same_hits(out["kernel"]["hits"], before_kernel)
     skill = out["skill"]["skill"]
     assert "embedding" not in skill and skill["validWhen"] is not None and skill["evidence"]
-    assert out["card"].startswith(f"# {skill['name']}") and "## When" in out["card"] and "## How to apply" in out["card"]
+    assert out["card"].startswith(f"# {skill['name']}") and "## When" in out["card"]
+    assert "## How to apply" in out["card"]
     assert "```diff" in out["card"]
     assert f"klineage://skills/{skill['id']}" in out["index"]
     lineage = out["lineage"]["lineage"]
