@@ -48,8 +48,8 @@ async def optimize(client: Any, source: str, workload: str, budget: int) -> dict
                 continue
             result = await call(c, "validate_kernel", kernel_source=candidate, workload=workload)
             relative = (result["speedup"] / best["speedup"]) if result["speedup"] and best["speedup"] else None
-            kept = result["verdict"] == "pass" and (relative is None and (move["expectedGain"] or 0) >= 1.0
-                                                    or relative is not None and relative > 1.01)
+            kept = result["verdict"] == "pass" and ((relative is None and (move["expectedGain"] or 0) >= 1.0)
+                                                    or (relative is not None and relative > 1.01))
             outcome = ("improved" if kept else "no-gain") if result["verdict"] == "pass" else \
                 f"fail-{result['failedGate']}"
             for step in move["steps"]:
