@@ -81,3 +81,37 @@ def http_url(kb_dir: Path) -> Iterator[str]:
         proc.wait(10)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+def _local_neo4j():  # type: ignore[no-untyped-def]
+    """tests/neo4j/local_neo4j.py as the one shared module ``klineage_local_neo4j``, loaded by path (a
+    folder named ``neo4j`` on sys.path would shadow the driver)."""
+    import importlib.util
+
+    name = "klineage_local_neo4j"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "neo4j" / "local_neo4j.py")
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="package")
+def neo4j_server():  # type: ignore[no-untyped-def]
+    """The test Neo4j (``NEO4J_URI``, or the local one of deploy/neo4j/start), as in tests/neo4j."""
+    helper = _local_neo4j()
+    try:
+        conn = helper.neo4j_connection()
+    except helper.Neo4jUnavailable as exc:
+        pytest.skip(f"no Neo4j: {exc}")
+    yield conn
+    helper.stop_started_servers()
+
+
+@pytest.fixture
+def neo4j_store(neo4j_server):  # type: ignore[no-untyped-def]
+    """A Neo4jStore on the freshly cleared test database, closed after the test."""
+    store = _local_neo4j().open_store(neo4j_server, clear=True)
+    yield store
+    store.close()

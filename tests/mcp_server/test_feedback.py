@@ -24,11 +24,13 @@ def gate(source: str, verdict: str = "pass") -> GateResult:
                       (GateOutcome("static", "pass"), GateOutcome("correctness", status, "checked")))
 
 
-@pytest.fixture
-def kb(tmp_path: Path) -> KnowledgeBase:
+@pytest.fixture(params=["embedded", pytest.param("neo4j", marks=pytest.mark.real("neo4j"))])
+def kb(request: pytest.FixtureRequest, tmp_path: Path) -> KnowledgeBase:
+    """The sample lineages in an embedded store, and in the real Neo4j (the tests/neo4j test server)."""
     from klineage.schema.lineage_document import load_lineage_document
 
-    kb = KnowledgeBase(EmbeddedStore(tmp_path / "kb"))
+    store = EmbeddedStore(tmp_path / "kb") if request.param == "embedded" else request.getfixturevalue("neo4j_store")
+    kb = KnowledgeBase(store)
     for path in sorted(FIXTURES.glob("*.json")):
         kb.ingest(load_lineage_document(path))
     return kb
