@@ -41,9 +41,9 @@ LINEAGES_QUERY = """query($workload: String) { lineages(workload: $workload) {
   id workload gpu arch versions created policy sample startSha
   steps { index operator accepted gate skill { id } } } }"""
 RECORD_MUTATION = """mutation($skillId: ID!, $kernelSource: String!, $outcome: String!, $speedup: Float,
-                         $gateResult: JSON) {
+                         $gateResult: JSON, $context: JSON) {
   recordApplication(skillId: $skillId, kernelSource: $kernelSource, outcome: $outcome, speedup: $speedup,
-                    gateResult: $gateResult) {
+                    gateResult: $gateResult, context: $context) {
     id skillId kernelSha outcome speedup recordedAt verified verdict } }"""
 
 
@@ -198,10 +198,12 @@ def _search_variables(text: str | None, context: Mapping[str, Any] | None, kerne
 
 
 def _record_variables(skill_id: str, kernel_source: str, outcome: str, speedup: float | None,
-                      gate_result: GateResult | Mapping[str, Any] | None) -> dict[str, Any]:
+                      gate_result: GateResult | Mapping[str, Any] | None,
+                      context: Mapping[str, Any] | None) -> dict[str, Any]:
     gate = gate_result.to_dict() if isinstance(gate_result, GateResult) else gate_result
     return {"skillId": skill_id, "kernelSource": kernel_source, "outcome": outcome, "speedup": speedup,
-            "gateResult": dict(gate) if gate is not None else None}
+            "gateResult": dict(gate) if gate is not None else None,
+            "context": dict(context) if isinstance(context, Mapping) else context}  # the server checks it
 
 
 def _endpoint(base_url: str) -> str:
@@ -277,11 +279,14 @@ class KLineageClient:
         return [_lineage(v) for v in self.execute(LINEAGES_QUERY, {"workload": workload})["lineages"]]
 
     def record_application(self, skill_id: str, kernel_source: str, outcome: str, speedup: float | None = None,
-                           gate_result: GateResult | Mapping[str, Any] | None = None) -> Application:
+                           gate_result: GateResult | Mapping[str, Any] | None = None,
+                           context: Mapping[str, Any] | None = None) -> Application:
         """Record a use of a skill on new code (needs the token); with the gate result that judged
-        this very source it is verified and updates the skill's effect on new code."""
+        this very source it is verified and updates the skill's effect on new code. ``context``: the
+        problem features of the measured shape; enough verified applications with one re-induce the
+        skill's PROFITABLE_WHEN on the server."""
         data = self.execute(RECORD_MUTATION, _record_variables(skill_id, kernel_source, outcome, speedup,
-                                                               gate_result))
+                                                               gate_result, context))
         return _application(data["recordApplication"])
 
 
@@ -327,8 +332,9 @@ class AsyncKLineageClient:
 
     async def record_application(self, skill_id: str, kernel_source: str, outcome: str,
                                  speedup: float | None = None,
-                                 gate_result: GateResult | Mapping[str, Any] | None = None) -> Application:
+                                 gate_result: GateResult | Mapping[str, Any] | None = None,
+                                 context: Mapping[str, Any] | None = None) -> Application:
         """See ``KLineageClient.record_application``."""
         data = await self.execute(RECORD_MUTATION, _record_variables(skill_id, kernel_source, outcome, speedup,
-                                                                     gate_result))
+                                                                     gate_result, context))
         return _application(data["recordApplication"])

@@ -204,8 +204,10 @@ def serve(host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0
     import uvicorn
 
     from klineage.graphql.app import create_app
+    from klineage.ingest.feedback import record_with_feedback
 
-    uvicorn.run(create_app(_kb()), host=host, port=port, log_level="info")
+    # as `klineage mcp` does: enough verified applications with a context re-induce a skill's conditions
+    uvicorn.run(create_app(_kb(), recorder=record_with_feedback), host=host, port=port, log_level="info")
 
 
 def ingest(paths: Annotated[list[Path], typer.Argument(help="Lineage document files (JSON) or folders of them.")]

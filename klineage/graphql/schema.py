@@ -172,12 +172,17 @@ class Mutation:
 
     @strawberry.mutation(permission_classes=[HasApiToken],
                          description="Record an agent's use of a skill on new code, with its outcome; with "
-                         "the gate result that judged the kernel it is verified and updates the skill's effect.")
+                         "the gate result that judged the kernel it is verified and updates the skill's effect; "
+                         "context: the problem features of the measured shape (what re-induction learns from).")
     def record_application(self, info: Info, skill_id: strawberry.ID, kernel_source: str, outcome: str,
-                           speedup: float | None = None, gate_result: JSON | None = None) -> Application:
+                           speedup: float | None = None, gate_result: JSON | None = None,
+                           context: JSON | None = None) -> Application:
+        if context is not None and not isinstance(context, dict):
+            raise GraphQLError("context: expected a JSON object of feature name to value")
         try:
             gate = _gate_result(gate_result) if gate_result is not None else None
-            app = info.context.recorder(info.context.kb, str(skill_id), kernel_source, outcome, speedup, gate)
+            app = info.context.recorder(info.context.kb, str(skill_id), kernel_source, outcome, speedup, gate,
+                                        context)
         except (KeyError, ValueError) as exc:
             raise GraphQLError(str(exc).strip("'\"")) from exc
         return Application(id=strawberry.ID(app.id), skill_id=strawberry.ID(app.skill_id),

@@ -160,3 +160,32 @@ def test_record_application_with_the_token(server: str) -> None:
     assert verified.verified and verified.verdict == "pass" and verified.kernel_sha == kernel_sha(source)
     assert (after.applied - before.applied, after.verified - before.verified, after.paid - before.paid) == (2, 1, 1)
     assert after.effect == before.effect and after.field_effect is not None and after.field_effect.median == 1.5
+
+
+def test_serve_reinduces_on_verified_feedback(embedder: Any, tmp_path: Path) -> None:
+    """`klineage serve` records through ingest.feedback, as `klineage mcp` does: MIN_VERIFIED verified
+    applications with a context replace the skill's PROFITABLE_WHEN with a rule induced from them."""
+    from klineage.ingest.feedback import MIN_VERIFIED
+
+    from .conftest import build_kb, start_serve, stop
+
+    proc, url = start_serve(cli_env(build_kb(tmp_path / "kb", embedder), KLINEAGE_API_TOKEN=TOKEN))
+    sid = "skill:7c96e7e93d11cfbc"
+    try:
+        with KLineageClient(url, token=TOKEN) as client:
+            before = client.get_skill(sid)
+            for i in range(MIN_VERIFIED + 6):
+                big, source = i % 2 == 0, f"k_serve = {i}\n"
+                gate = GateResult(kernel_sha(source), "cpu", {"torch": "2.11.0"},
+                                  (GateOutcome("static", "pass"), GateOutcome("correctness", "pass", "checked")))
+                client.record_application(sid, source, "improved" if big else "no-gain", 1.4 if big else 0.9,
+                                          gate_result=gate, context={"flops": 2.0 ** (40 if big else 30)})
+            after = client.get_skill(sid)
+            with pytest.raises(KLineageError, match="context: expected a JSON object"):
+                client.record_application(sid, "k = 0\n", "pass", context=[1])  # type: ignore[arg-type]
+    finally:
+        stop(proc)
+    assert before is not None and after is not None
+    assert all(c.source != "induced-feedback" for c in before.profitable_when)
+    [rule] = after.profitable_when
+    assert rule.source == "induced-feedback" and "flops" in rule.expr
