@@ -81,13 +81,14 @@ def optimize(problem: Problem, planner: Planner, validator: Any, budget: int = 1
         move, made = candidate
         sha = kernel_sha(made.source)
         seen.add(sha)
-        result = measure(validator.validate(made.source, workload, GATES, shapes))
+        gate_result = validator.validate(made.source, workload, GATES, shapes)
+        result = measure(gate_result)
         accepted = _better(result, best, move.expected_gain, measured)
         attempt = Attempt(len(state.attempts) + 1, move, made.applied, sha, result.verdict, result.failed_gate,
                           result.reason, result.speedup, result.per_shape, accepted, move.expected_gain)
         state.attempts.append(attempt)
         if kb is not None:
-            _record(kb, made.source, attempt, best)
+            _record(kb, made.source, attempt, best, gate_result, problem.search_context(arch))
         if accepted:
             best, best_source, state.source = result, made.source, made.source
             state.unusable.clear()
@@ -121,8 +122,10 @@ def _better(result: Measurement, best: Measurement | None, expected: float | Non
     return best is None or best.speedup is None or result.speedup > best.speedup * (1 + MIN_GAIN)
 
 
-def _record(kb: Any, source: str, attempt: Attempt, best: Measurement | None) -> None:
-    """One Application per skill the attempt used; the speedup is over the kernel it was applied to."""
+def _record(kb: Any, source: str, attempt: Attempt, best: Measurement | None, gate_result: GateResult | None = None,
+            context: Mapping[str, Any] | None = None) -> None:
+    """One Application per skill the attempt used; the speedup is over the kernel it was applied to; the gate
+    result that judged the candidate makes it verified, ``context`` is the problem's representative shape."""
     relative = None
     if attempt.speedup is not None and best is not None and best.speedup:
         relative = attempt.speedup / best.speedup
@@ -132,10 +135,12 @@ def _record(kb: Any, source: str, attempt: Attempt, best: Measurement | None) ->
         outcome = "pass"
     else:
         outcome = "improved" if attempt.accepted else "no-gain"
+    if gate_result is not None and gate_result.kernel_sha != kernel_sha(source):
+        gate_result = None  # a result on another text judges nothing recorded here
     for step in attempt.applied:
         sid = skill_id(step.operator)
         if kb.skill(sid) is not None:
-            kb.record_application(sid, source, outcome, relative)
+            kb.record_application(sid, source, outcome, relative, gate_result=gate_result, context=context)
 
 
 def _line(a: Attempt, tag: str) -> str:

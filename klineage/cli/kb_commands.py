@@ -204,8 +204,10 @@ def serve(host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0
     import uvicorn
 
     from klineage.graphql.app import create_app
+    from klineage.ingest.feedback import record_with_feedback
 
-    uvicorn.run(create_app(_kb()), host=host, port=port, log_level="info")
+    # as `klineage mcp` does: enough verified applications with a context re-induce a skill's conditions
+    uvicorn.run(create_app(_kb(), recorder=record_with_feedback), host=host, port=port, log_level="info")
 
 
 def ingest(paths: Annotated[list[Path], typer.Argument(help="Lineage document files (JSON) or folders of them.")]
@@ -240,11 +242,13 @@ def search(
                                                   "first shape and dtype.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=100)] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print only a JSON list of hits.")] = False,
+    server: Annotated[str | None, typer.Option("--server", help="Ask a running `klineage serve` (its URL, "
+                                               "e.g. http://127.0.0.1:8000) instead of the local store.")] = None,
 ) -> None:
     """Find skills for a text, a problem context and/or a kernel, each hit explained."""
     ctx = _context_from_workload(workload) if workload else {}
     ctx.update(_context_pairs(context or []))
-    facts: dict[str, Any] = {}
+    source: str | None = None
     if kernel is not None:
         if not kernel.is_file():
             raise _fail(f"--kernel {kernel}: no such file")
@@ -252,6 +256,33 @@ def search(
             source = kernel.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
             raise _fail(f"--kernel {kernel}: expected UTF-8 Python source") from exc
+    if server is not None:
+        hits = _search_server(server, text, ctx or None, source, limit)
+    else:
+        hits = _search_local(text, ctx or None, source, limit, kernel)
+    if as_json:
+        sys.stdout.write(json.dumps([hit_to_json(h) for h in hits], indent=2) + "\n")
+    else:
+        print_hits(hits)
+
+
+def _search_server(server: str, text: str | None, context: dict[str, Any] | None, source: str | None,
+                   limit: int) -> list[Any]:
+    """``searchSkills`` on a running server through ``klineage.client`` (it derives the kernel's facts)."""
+    from klineage.client import KLineageClient, KLineageError
+
+    try:
+        with KLineageClient(server) as client:
+            return list(client.search_skills(text, context, source, limit))
+    except KLineageError as exc:
+        raise _fail(f"--server {server}: {exc}") from exc
+
+
+def _search_local(text: str | None, context: dict[str, Any] | None, source: str | None, limit: int,
+                  kernel: Path | None) -> list[Any]:
+    """``KnowledgeBase.search`` on the configured store, with the kernel's facts derived here."""
+    facts: dict[str, Any] = {}
+    if source is not None:
         from klineage.transforms.facts import kernel_facts
 
         try:
@@ -259,13 +290,9 @@ def search(
         except SyntaxError as exc:
             raise _fail(f"--kernel {kernel}: line {exc.lineno}: {exc.msg}") from exc
     try:
-        hits = _kb().search(text=text, context=ctx or None, limit=limit, **facts)
+        return list(_kb().search(text=text, context=context, limit=limit, **facts))
     except ValueError as exc:
         raise _fail(str(exc)) from exc
-    if as_json:
-        sys.stdout.write(json.dumps([hit_to_json(h) for h in hits], indent=2) + "\n")
-    else:
-        print_hits(hits)
 
 
 def export(fmt: Annotated[str, typer.Option("--format", help="json or graphml")] = "json",

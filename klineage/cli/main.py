@@ -18,13 +18,15 @@ def _register_all() -> None:
     from klineage.cli import (
         agent_commands,
         kb_commands,
+        mcp_commands,
         neo4j_commands,
         plot_commands,
         validate_commands,
         walk_commands,
     )
 
-    for module in (kb_commands, validate_commands, walk_commands, neo4j_commands, plot_commands, agent_commands):
+    for module in (kb_commands, validate_commands, walk_commands, neo4j_commands, plot_commands, agent_commands,
+                   mcp_commands):
         module.register(app)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -14,12 +15,16 @@ from klineage.kb.service import KnowledgeBase
 MAX_BODY_BYTES = 2 * 1024 * 1024
 
 
-def create_app(kb: KnowledgeBase) -> FastAPI:
-    """An app serving ``kb``; each request gets fresh DataLoaders."""
+def create_app(kb: KnowledgeBase, recorder: Callable[..., Any] | None = None) -> FastAPI:
+    """An app serving ``kb``; each request gets fresh DataLoaders. ``recorder(kb, skill_id, source, outcome,
+    speedup, gate_result)`` records an application (default ``kb.record_application``; the CLI passes
+    ``klineage.ingest.feedback.record_with_feedback``, which also re-induces conditions)."""
 
     async def context_getter(request: Request) -> RequestContext:
-        return RequestContext(kb=kb, loaders=Loaders.for_kb(kb),
-                              authorization=request.headers.get("authorization"))
+        ctx = RequestContext(kb=kb, loaders=Loaders.for_kb(kb), authorization=request.headers.get("authorization"))
+        if recorder is not None:
+            ctx.recorder = recorder
+        return ctx
 
     app = FastAPI(title="KLineage", description="Verified GPU-kernel optimization skills over GraphQL.")
 

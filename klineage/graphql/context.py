@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from strawberry.dataloader import DataLoader
 from strawberry.fastapi import BaseContext
 
-from klineage.kb.service import KnowledgeBase
+from klineage.kb.service import KnowledgeBase, record_application
 from klineage.schema.graph import Node
 
 T = TypeVar("T")
@@ -69,3 +69,4 @@ class RequestContext(BaseContext):
     kb: KnowledgeBase
     loaders: Loaders
     authorization: str | None = None
+    recorder: Callable[..., Any] = field(default=record_application)

@@ -33,6 +33,7 @@ from klineage.graphql.types import (
 )
 from klineage.kb.store import LineageView
 from klineage.schema.errors import FormatError
+from klineage.schema.gate_result import GateResult
 from klineage.schema.lineage_document import parse_lineage_document
 
 MAX_DEPTH = 8
@@ -74,7 +75,7 @@ def hit_to_graphql(hit: Any) -> SkillHit:
     return SkillHit(
         skill=Skill.of(hit.skill), score=float(hit.score), applicable=Applicability(hit.applicable),
         explanation=Explanation(passed=list(hit.passed), failed=list(hit.failed), unknown=list(hit.unknown),
-                                evidence=[Evidence.of(e) for e in hit.evidence]),
+                                evidence=[Evidence.of(e) for e in hit.evidence], usage=hit.skill.usage()),
     )
 
 
@@ -170,16 +171,36 @@ class Mutation:
                             nodes=report.nodes, relationships=report.relationships)
 
     @strawberry.mutation(permission_classes=[HasApiToken],
-                         description="Record an agent's use of a skill on new code, with its outcome.")
+                         description="Record an agent's use of a skill on new code, with its outcome; with "
+                         "the gate result that judged the kernel it is verified and updates the skill's effect; "
+                         "context: the problem features of the measured shape (what re-induction learns from).")
     def record_application(self, info: Info, skill_id: strawberry.ID, kernel_source: str, outcome: str,
-                           speedup: float | None = None) -> Application:
+                           speedup: float | None = None, gate_result: JSON | None = None,
+                           context: JSON | None = None) -> Application:
+        if context is not None and not isinstance(context, dict):
+            raise GraphQLError("context: expected a JSON object of feature name to value")
         try:
-            app = info.context.kb.record_application(str(skill_id), kernel_source, outcome, speedup)
+            gate = _gate_result(gate_result) if gate_result is not None else None
+            app = info.context.recorder(info.context.kb, str(skill_id), kernel_source, outcome, speedup, gate,
+                                        context)
         except (KeyError, ValueError) as exc:
             raise GraphQLError(str(exc).strip("'\"")) from exc
         return Application(id=strawberry.ID(app.id), skill_id=strawberry.ID(app.skill_id),
                            kernel_sha=app.kernel_sha, outcome=app.outcome, speedup=app.speedup,
-                           recorded_at=app.recorded_at)
+                           recorded_at=app.recorded_at, verified=app.verified, verdict=app.verdict or None)
+
+
+def _gate_result(value: Any) -> GateResult:
+    """A gate result document as a ``GateResult``; GraphQLError when malformed."""
+    try:
+        if not isinstance(value, dict):
+            raise TypeError("expected an object")
+        result = GateResult.from_dict(value)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise GraphQLError(f"gateResult: not a gate result document ({exc})") from exc
+    if not result.gates:
+        raise GraphQLError("gateResult: no gates ran")
+    return result
 
 
 def build_schema() -> strawberry.Schema:

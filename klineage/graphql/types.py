@@ -99,6 +99,12 @@ class Skill:
     profitability: str = strawberry.field(
         description="When no PROFITABLE_WHEN rule was kept: what the timings showed "
                     "('paid on x of n measured shapes; no rule separates them'); empty otherwise.")
+    applied: int = strawberry.field(default=0, description="Applications of it by agents on new code.")
+    verified: int = strawberry.field(default=0, description="Applications a gate result judged.")
+    paid: int = strawberry.field(default=0, description="Verified applications that passed and ran faster.")
+    field_effect: Effect | None = strawberry.field(
+        default=None, description="Speedups of its verified, passing applications on new code.")
+    usage: str = strawberry.field(default="", description="'applied N times by agents, paid M times'.")
 
     @staticmethod
     def of(s: records.Skill) -> Skill:
@@ -106,7 +112,9 @@ class Skill:
                      anchor=Anchor(predicate=s.anchor.predicate, description=s.anchor.description),
                      carrier=s.carrier, transform=dict(s.transform), effect=Effect.of(s.effect),
                      support=s.support_steps, support_lineages=s.support_lineages,
-                     architectures=list(s.architectures), sample=s.sample, profitability=s.profitability)
+                     architectures=list(s.architectures), sample=s.sample, profitability=s.profitability,
+                     applied=s.applied, verified=s.verified, paid=s.paid, field_effect=Effect.of(s.field_effect),
+                     usage=s.usage())
 
     @strawberry.field(description="Conditions under which the optimization is correct.")
     async def valid_when(self, info: strawberry.Info[RequestContext, None]) -> list[Condition]:
@@ -142,6 +150,8 @@ class Explanation:
     failed: list[str]
     unknown: list[str]
     evidence: list[Evidence]
+    usage: str = strawberry.field(default="", description="How agents fared with the skill: "
+                                  "'applied N times by agents, paid M times'.")
 
 
 @strawberry.type(description="One search result.")
@@ -271,3 +281,5 @@ class Application:
     outcome: str
     speedup: float | None
     recorded_at: str
+    verified: bool = strawberry.field(default=False, description="True when a gate result judged the kernel.")
+    verdict: str | None = strawberry.field(default=None, description="That gate result's verdict.")

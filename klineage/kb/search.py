@@ -27,7 +27,8 @@ The pipeline is a few small, composable pieces:
    speedup when the context has no comparable shape, or 1.0 when unmeasured; when a
    PROFITABLE_WHEN condition is false the expected gain is capped at 1.0 (the induced rule says it
    did not pay there). Confidence is (support + 1) / (support + 2) over evidence steps (Laplace's
-   rule of succession). NOT_APPLICABLE hits always come after the others and score 0.
+   rule of succession; verified applications by agents count too, a success when they paid).
+   NOT_APPLICABLE hits always come after the others and score 0.
 
 Every hit carries its explanation: each condition with its verdict and deciding clause (an induced
 rule with its out-of-sample accuracy beside the majority rate; a skill with no PROFITABLE_WHEN rule
@@ -212,8 +213,10 @@ class _Point:
     speedup: float
 
 
-def _confidence(support: int) -> float:
-    return (support + 1) / (support + 2)
+def _confidence(support: int, paid: int = 0, verified: int = 0) -> float:
+    """Laplace's rule of succession over the evidence steps plus the verified applications by agents
+    (a step counts as a success; an application counts as one when it paid)."""
+    return (support + paid + 1) / (support + verified + 2)
 
 
 def _compile(expr: str) -> CompiledCondition | ConditionError:
@@ -260,7 +263,8 @@ class SkillCatalog:
             highs.append(max([float(median), *values]))
         self.median_gain = np.asarray(medians, dtype=np.float64)
         self.max_gain = np.asarray(highs, dtype=np.float64)
-        self.confidence = np.asarray([_confidence(s.support_steps) for s in ordered], dtype=np.float64)
+        self.confidence = np.asarray(
+            [_confidence(s.support_steps, s.paid, s.verified) for s in ordered], dtype=np.float64)
         self._verdicts: dict[tuple[Any, ...], tuple[np.ndarray, list[Verdict | None]]] = {}
         self._kleene: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 

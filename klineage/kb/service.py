@@ -27,8 +27,9 @@ from klineage.kb.search import (
     search_skills,
 )
 from klineage.kb.store import GraphStore, LineageView
+from klineage.schema.gate_result import GateResult
 from klineage.schema.graph import GraphBatch, Node, Relationship
-from klineage.schema.ids import kernel_sha
+from klineage.schema.ids import canonical_json, content_id, kernel_sha
 from klineage.schema.lineage_document import LineageDocument, lineage_to_batch, step_speedups
 from klineage.schema.records import (
     Application,
@@ -353,12 +354,22 @@ class KnowledgeBase:
     # ------------------------------------------------------------------------------------- writes
 
     def record_application(self, skill_id: str, kernel_source: str, outcome: str,
-                           speedup: float | None = None) -> Application:
-        """Record an agent's use of a skill on new code: an Application node USED the skill and is ON
-        the kernel (a Kernel node is added for the source when new). KnowledgeBaseError for an unknown
-        skill, an empty source, an outcome that is not a short lower-case word (e.g. "pass", "fail",
-        "regression") or a speedup that is not a positive finite number."""
-        if self.store.get("Skill", skill_id) is None:
+                           speedup: float | None = None, gate_result: GateResult | None = None,
+                           context: Mapping[str, Any] | None = None) -> Application:
+        """Record an agent's use of a skill on new code, and update the skill from it.
+
+        An Application node USED the skill and is ON the kernel (a Kernel node is added for the source
+        when new). With ``gate_result`` (the validator's verdict on this very source) the application
+        is verified: the result is stored as a GateRun node, (Kernel)-[:VALIDATED_BY]->(GateRun), and
+        the application names it. The skill's ``applied``, ``verified`` and ``paid`` counts and its
+        ``field_effect`` (speedups of verified, passing applications) are recomputed from all its
+        applications; a speedup claimed without a gate result is kept on the application but never
+        moves the effect. ``context``: the problem features of the measured shape (for re-induction).
+        KnowledgeBaseError for an unknown skill, an empty source, an outcome that is not a short
+        lower-case word (e.g. "pass", "fail", "regression"), a speedup that is not a positive finite
+        number, or a gate result that judged another kernel."""
+        skill_node = self.store.get("Skill", skill_id)
+        if skill_node is None:
             raise KnowledgeBaseError(f"unknown skill {skill_id}: no Skill node has this id")
         if not isinstance(kernel_source, str) or not kernel_source.strip():
             raise KnowledgeBaseError("kernel_source: expected the kernel's Python source, "
@@ -372,27 +383,71 @@ class KnowledgeBase:
                 raise KnowledgeBaseError(f"speedup {speedup!r}: expected a positive finite number or none")
             speedup = float(speedup)
         sha = kernel_sha(kernel_source)
+        if gate_result is not None:
+            if not isinstance(gate_result, GateResult):
+                raise KnowledgeBaseError("gate_result: expected a GateResult (schema.gate_result)")
+            if gate_result.kernel_sha != sha:
+                raise KnowledgeBaseError(f"gate_result: it judged kernel {gate_result.kernel_sha[:16]}, not this "
+                                         f"source ({sha[:16]}); record the source that was validated")
+        if context is not None and not isinstance(context, Mapping):
+            raise KnowledgeBaseError("context: expected a mapping of feature name to value")
         kid = kernel_id(sha)
         now = datetime.now(UTC).isoformat(timespec="microseconds")
-        app = Application(skill_id, sha, outcome, speedup, now)
-        nodes = [app.to_node()]
+        nodes: list[Node] = []
+        rels: list[Relationship] = []
+        run_id = ""
+        if gate_result is not None:
+            doc = gate_result.to_dict()
+            run_id = content_id("GateRun", canonical_json(doc))
+            nodes.append(Node("GateRun", run_id, {**doc, "sample": False}))
+            rels.append(Relationship("VALIDATED_BY", kid, run_id))
+        app = Application(skill_id, sha, outcome, speedup, now, run_id,
+                          gate_result.verdict if gate_result is not None else "", dict(context or {}))
+        nodes.append(app.to_node())
         if self.store.get("Kernel", kid) is None:
             nodes.append(Node("Kernel", kid, {"sha": sha, "source": kernel_source, "features": {},
                                               "summary": "", "sample": False}))
-        self.store.upsert(GraphBatch.of(nodes, [Relationship("USED", app.id, skill_id),
-                                                Relationship("ON", app.id, kid)]))
+        rels += [Relationship("USED", app.id, skill_id), Relationship("ON", app.id, kid)]
+        with self._lock:  # one writer at a time recomputes the skill's counts from all its applications
+            self.store.upsert(GraphBatch.of(nodes, rels))
+            self._refresh_usage(skill_id)
         return app
 
+    def _refresh_usage(self, skill_id: str) -> None:
+        node = self.store.get("Skill", skill_id)
+        if node is None:
+            return
+        apps = self.applications([skill_id])[skill_id]
+        verified = [a for a in apps if a.verified]
+        paying = [a.speedup for a in verified if a.verdict == "pass" and a.speedup is not None]
+        skill = replace(Skill.from_node(node), applied=len(apps), verified=len(verified),
+                        paid=sum(1 for a in verified if a.paid), field_effect=Effect.of(paying))
+        self.store.upsert(GraphBatch.of([skill.to_node()], []))
+
     def applications(self, skill_ids: Sequence[str]) -> dict[str, list[Application]]:
-        """For each skill id, the recorded applications of it: one store call."""
+        """For each skill id, the recorded applications of it, oldest first: one store call."""
         found = self.store.neighbors(list(skill_ids), "USED", "in")
         out: dict[str, list[Application]] = {}
         for sid in skill_ids:
-            out[sid] = [Application(str(p.get("skill_id", sid)), str(p.get("kernel_sha", "")),
-                                    str(p.get("outcome", "")), p.get("speedup"),
-                                    str(p.get("recorded_at", "")))
-                        for p in (n.props for _, n in found.get(sid, ()))]
+            apps = [Application.from_node(n) for _, n in found.get(sid, ())]
+            out[sid] = sorted(apps, key=lambda a: (a.recorded_at, a.id))
         return out
+
+    def replace_profitable(self, skill_id: str, conditions: Sequence[Condition], note: str) -> int:
+        """Replace a skill's PROFITABLE_WHEN conditions with ``conditions`` (re-induced by a caller above
+        ``kb``; empty when no rule was kept) and set its profitability note. Returns how many were unlinked."""
+        node = self.store.get("Skill", skill_id)
+        if node is None:
+            raise KnowledgeBaseError(f"unknown skill {skill_id}: no Skill node has this id")
+        for c in conditions:
+            validate_condition(c.expr)
+        old = self.conditions([skill_id], "profitable")[skill_id]
+        keep = {c.id for c in conditions}
+        dropped = self.drop_conditions([(skill_id, c) for c in old if c.id not in keep])
+        skill = replace(Skill.from_node(node), profitability="" if conditions else note)
+        self.store.upsert(GraphBatch.of([skill.to_node(), *(c.to_node() for c in conditions)],
+                                        [Relationship("PROFITABLE_WHEN", skill_id, c.id) for c in conditions]))
+        return dropped
 
     def effect_of(self, skill_ids: Sequence[str]) -> dict[str, Effect]:
         """Each skill's effect recomputed from the timings of its evidence steps now in the store."""
@@ -400,3 +455,11 @@ class KnowledgeBase:
         return {sid: Effect.of([x["speedup"] for _, step in found.get(sid, ())
                                 for x in step_speedups(step.props)])
                 for sid in skill_ids}
+
+
+def record_application(kb: KnowledgeBase, skill_id: str, kernel_source: str, outcome: str,
+                       speedup: float | None = None, gate_result: GateResult | None = None,
+                       context: Mapping[str, Any] | None = None) -> Application:
+    """``kb.record_application`` as a plain function: the default recorder of the GraphQL and MCP servers
+    (``klineage.ingest.feedback.record_with_feedback`` has the same signature and also re-induces)."""
+    return kb.record_application(skill_id, kernel_source, outcome, speedup, gate_result=gate_result, context=context)

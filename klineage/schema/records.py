@@ -132,7 +132,12 @@ class Skill:
     """A verified optimization: what to change, where, when it is valid and profitable, what it did.
 
     ``profitability``: when no PROFITABLE_WHEN rule was kept, what the timings say in words ("paid on
-    5 of 9 measured shapes; no rule separates them"); empty otherwise."""
+    5 of 9 measured shapes; no rule separates them"); empty otherwise.
+
+    The feedback loop: ``applied`` counts agents' applications of it on new code, ``verified`` those a
+    gate result judged, ``paid`` the verified ones that passed and ran faster (speedup >= ``PAID``), and
+    ``field_effect`` the speedup distribution of the verified, passing ones (unverified claims never
+    move it)."""
 
     operator: str
     name: str
@@ -147,11 +152,21 @@ class Skill:
     embedding: tuple[float, ...] = ()
     sample: bool = False
     profitability: str = ""
+    applied: int = 0
+    verified: int = 0
+    paid: int = 0
+    field_effect: Effect = field(default_factory=Effect)
 
     @property
     def id(self) -> str:
         """Deterministic id (see ``skill_id``)."""
         return skill_id(self.operator)
+
+    def usage(self) -> str:
+        """How agents fared with it: "applied N times by agents, paid M times (V verified by the gates)"."""
+        if not self.applied:
+            return "not applied by agents yet"
+        return f"applied {self.applied} times by agents, paid {self.paid} times ({self.verified} verified by the gates)"
 
     def embedding_text(self) -> str:
         """The text embedded for vector search: name, intent, anchor and carrier."""
@@ -166,6 +181,8 @@ class Skill:
             "support_steps": self.support_steps, "support_lineages": self.support_lineages,
             "architectures": list(self.architectures), "embedding": list(self.embedding),
             "sample": self.sample, "profitability": self.profitability,
+            **({"applied": self.applied, "verified": self.verified, "paid": self.paid,
+                "field_effect": self.field_effect.to_dict()} if self.applied else {}),
         })
 
     @staticmethod
@@ -180,6 +197,8 @@ class Skill:
             support_lineages=int(p.get("support_lineages") or 0),
             architectures=_tuple(p.get("architectures")), embedding=_tuple(p.get("embedding")),
             sample=bool(p.get("sample", False)), profitability=str(p.get("profitability") or ""),
+            applied=int(p.get("applied") or 0), verified=int(p.get("verified") or 0), paid=int(p.get("paid") or 0),
+            field_effect=Effect.from_dict(p.get("field_effect")),
         )
 
 
@@ -195,15 +214,36 @@ class Evidence:
     sample: bool = False
 
 
+#: A verified application "paid" when the kernel passed every gate and ran at least this much faster.
+PAID = 1.03
+
+
 @dataclass(frozen=True)
 class Application:
-    """An agent's use of a skill on new code, with its outcome."""
+    """An agent's use of a skill on new code, with its outcome.
+
+    ``gate_run_id`` names the GateRun that judged the kernel (empty: an unverified claim) and
+    ``verdict`` is that gate result's verdict; ``context`` holds the problem features of the shape it
+    was measured on (what re-induction of the skill's conditions learns from), when the agent gave them."""
 
     skill_id: str
     kernel_sha: str
     outcome: str
     speedup: float | None = None
     recorded_at: str = ""
+    gate_run_id: str = ""
+    verdict: str = ""
+    context: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def verified(self) -> bool:
+        """True when a gate result judged the kernel."""
+        return bool(self.gate_run_id)
+
+    @property
+    def paid(self) -> bool:
+        """True when verified, passing, and at least ``PAID`` times faster than the kernel it was applied to."""
+        return self.verified and self.verdict == "pass" and self.speedup is not None and self.speedup >= PAID
 
     @property
     def id(self) -> str:
@@ -215,8 +255,17 @@ class Application:
         """Return the Application node."""
         return Node("Application", self.id, {
             "skill_id": self.skill_id, "kernel_sha": self.kernel_sha, "outcome": self.outcome,
-            "speedup": self.speedup, "recorded_at": self.recorded_at,
+            "speedup": self.speedup, "recorded_at": self.recorded_at, "gate_run_id": self.gate_run_id,
+            "verdict": self.verdict, "context": dict(self.context),
         })
+
+    @staticmethod
+    def from_node(node: Node) -> Application:
+        """Read an Application node."""
+        p = node.props
+        return Application(str(p.get("skill_id", "")), str(p.get("kernel_sha", "")), str(p.get("outcome", "")),
+                           p.get("speedup"), str(p.get("recorded_at", "")), str(p.get("gate_run_id") or ""),
+                           str(p.get("verdict") or ""), dict(p.get("context") or {}))
 
 
 def architecture_id(arch: str) -> str:

@@ -346,3 +346,36 @@ def _typed(value: Any) -> Any:
     if isinstance(value, float):
         return ("float", repr(value))
     return (type(value).__name__, value)
+
+
+def test_applications_and_gate_runs_round_trip(store: GraphStore) -> None:
+    """The feedback loop's nodes (what ``KnowledgeBase.record_application`` writes) read back exactly."""
+    from klineage.schema.gate_result import GateOutcome, GateResult
+    from klineage.schema.ids import content_id, kernel_sha
+    from klineage.schema.records import Application, kernel_id
+
+    source = "k = 1\n"
+    sha, kid = kernel_sha(source), kernel_id(kernel_sha(source))
+    result = GateResult(sha, "cpu", {"torch": "2.11.0", "triton": "3.5"},
+                        (GateOutcome("static", "pass"),
+                         GateOutcome("correctness", "fail", "max abs err 0.5", {"max_abs": 0.5, "cases": [1, 2]})))
+    run_id = content_id("GateRun", result.kernel_sha, result.verdict)
+    run = Node("GateRun", run_id, {**result.to_dict(), "sample": False})
+    apps = [Application("skill:a", sha, "fail-correctness", None, "2026-12-04T10:00:00.000001+00:00", run_id,
+                        result.verdict, {"flops": 2.0 ** 40, "dtype": "bf16", "contiguous": True}),
+            Application("skill:a", sha, "improved", 1.5, "2026-12-04T10:00:01.000000+00:00")]
+    kernel = Node("Kernel", kid, {"sha": sha, "source": source, "features": {}, "summary": "", "sample": False})
+    store.upsert(GraphBatch.of(
+        [skill("a"), kernel, run, *(a.to_node() for a in apps)],
+        [Relationship("VALIDATED_BY", kid, run_id),
+         *(r for a in apps for r in (Relationship("USED", a.id, "skill:a"), Relationship("ON", a.id, kid)))]))
+    got = store.get("GateRun", run_id)
+    assert got is not None and dict(got.props) == dict(run.props)
+    assert GateResult.from_dict(got.props) == result and got.props["verdict"] == "fail"
+    [(_, judged)] = store.neighbors([kid], "VALIDATED_BY")[kid]
+    assert judged == got
+    used = store.neighbors(["skill:a"], "USED", "in")["skill:a"]
+    back = sorted((Application.from_node(n) for _, n in used), key=lambda a: a.recorded_at)
+    assert back == apps and back[0].verified and not back[1].verified and back[0].context["contiguous"] is True
+    assert all(n.id == kid for app in apps for _, n in store.neighbors([app.id], "ON")[app.id])
+    assert [n.id for n in store.find("Application", {"skill_id": "skill:a"})] == sorted(a.id for a in apps)
