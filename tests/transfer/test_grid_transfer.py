@@ -19,7 +19,12 @@ from klineage.transforms.roles import tile_roles
 
 from .heldout import CPU_GATES, ROOT, WORKERS, failed_gates, heldout_dirs, manifests, naive_sources
 
-SOURCES = naive_sources()
+# The original seven held-out kernels and five of the later ones, chosen for the ways they write their
+# grids (2-D literal tiles, 2-D named tiles, a flattened M*N block, a 1-D literal, a row × column grid):
+# every held-out kernel under every config would take most of CI's time for no new kind of grid.
+GRID_WORKLOADS = ("alibi_attention", "bmm", "linear_gelu", "log_softmax", "rmsnorm", "row_absmax", "silu_mul",
+                  "small_k_gemm", "matmul_residual", "swiglu", "column_sum", "gelu_mul")
+SOURCES = {name: src for name, src in naive_sources().items() if name in GRID_WORKLOADS}
 DIRS = {d.name: d for d in heldout_dirs()}
 GEMM_CONFIGS = kernel_params((ROOT / "workloads" / "gemm" / "expert.py").read_text())["configs"]
 ROW_CONFIGS = [
