@@ -26,7 +26,7 @@ DEFAULT_TIMEOUT_S = 60.0
 
 _SKILL_FIELDS = """id name intent operator anchor { predicate description } carrier transform
   effect { min median max n } support supportLineages architectures sample profitability
-  applied verified paid fieldEffect { min median max n } usage"""
+  applied verified paid fieldEffect { min median max n } usage admitted admission"""
 _EVIDENCE_FIELDS = "lineageId stepId workload gpu speedups sample"
 _CONDITION_FIELDS = "expr kind source description accuracy support oosAccuracy majority"
 
@@ -74,6 +74,8 @@ class Skill:
     paid: int
     field_effect: Effect | None
     usage: str
+    admitted: bool
+    admission: str
     valid_when: tuple[Condition, ...] = ()
     profitable_when: tuple[Condition, ...] = ()
     risks: tuple[Risk, ...] = ()
@@ -163,6 +165,7 @@ def _skill(data: Mapping[str, Any]) -> Skill:
         architectures=tuple(data["architectures"]), sample=bool(data["sample"]),
         profitability=data["profitability"], applied=int(data["applied"]), verified=int(data["verified"]),
         paid=int(data["paid"]), field_effect=_effect(data.get("fieldEffect")), usage=data["usage"],
+        admitted=bool(data["admitted"]), admission=str(data["admission"]),
         valid_when=tuple(_condition(c) for c in data.get("validWhen") or ()),
         profitable_when=tuple(_condition(c) for c in data.get("profitableWhen") or ()),
         risks=tuple(Risk(r["kind"], r["description"], r["evidence"]) for r in data.get("risks") or ()),

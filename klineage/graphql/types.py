@@ -105,6 +105,9 @@ class Skill:
     field_effect: Effect | None = strawberry.field(
         default=None, description="Speedups of its verified, passing applications on new code.")
     usage: str = strawberry.field(default="", description="'applied N times by agents, paid M times'.")
+    admitted: bool = strawberry.field(default=False, description="True once a verified trial on new code "
+                                      "reproduced the direction of its lineage evidence (else a hypothesis).")
+    admission: str = strawberry.field(default="", description="Admitted or hypothesis, and why.")
 
     @staticmethod
     def of(s: records.Skill) -> Skill:
@@ -114,7 +117,7 @@ class Skill:
                      support=s.support_steps, support_lineages=s.support_lineages,
                      architectures=list(s.architectures), sample=s.sample, profitability=s.profitability,
                      applied=s.applied, verified=s.verified, paid=s.paid, field_effect=Effect.of(s.field_effect),
-                     usage=s.usage())
+                     usage=s.usage(), admitted=s.admitted, admission=s.admission())
 
     @strawberry.field(description="Conditions under which the optimization is correct.")
     async def valid_when(self, info: strawberry.Info[RequestContext, None]) -> list[Condition]:

@@ -168,6 +168,30 @@ class Skill:
             return "not applied by agents yet"
         return f"applied {self.applied} times by agents, paid {self.paid} times ({self.verified} verified by the gates)"
 
+    @property
+    def admitted(self) -> bool:
+        """Admitted (issue 19's admission): a verified trial by an agent on new code — a kernel no lineage
+        was walked on — passed every gate and went the way the skill's measured effect goes: at least
+        ``PAID`` times faster for a skill whose median lineage effect is a gain, a pass that did not pay for
+        one whose median is a loss. Until then the skill is a hypothesis."""
+        if self.effect.median is None:
+            return False
+        if self.effect.median >= 1.0:
+            return self.paid > 0
+        return self.field_effect.n > self.paid
+
+    def admission(self) -> str:
+        """One line: admitted or hypothesis, and why."""
+        if self.admitted:
+            if self.effect.median is not None and self.effect.median >= 1.0:
+                return (f"admitted: {self.paid} verified trial(s) on new code paid (≥ {PAID:g}×), as its lineage "
+                        f"evidence (median {self.effect.median:.2f}×) says")
+            return "admitted: verified trials on new code passed without paying, as its lineage evidence says"
+        if not self.verified:
+            return "hypothesis: no agent has tried it on new code under the gates yet"
+        return (f"hypothesis: {self.verified} verified trial(s) on new code, none reproduced the direction of its "
+                "lineage evidence")
+
     def embedding_text(self) -> str:
         """The text embedded for vector search: name, intent, anchor and carrier."""
         return f"{self.name}. {self.intent} Applies to: {self.anchor.description}. Changes: {self.carrier}."
