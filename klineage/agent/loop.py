@@ -85,7 +85,7 @@ def optimize(problem: Problem, planner: Planner, validator: Any, budget: int = 1
         result = measure(gate_result)
         accepted = _better(result, best, move.expected_gain, measured)
         attempt = Attempt(len(state.attempts) + 1, move, made.applied, sha, result.verdict, result.failed_gate,
-                          result.reason, result.speedup, result.per_shape, accepted, move.expected_gain)
+                          result.reason, result.speedup, result.per_shape, accepted)
         state.attempts.append(attempt)
         if kb is not None:
             _record(kb, made.source, attempt, best, gate_result, problem.search_context(arch))
@@ -99,17 +99,13 @@ def optimize(problem: Problem, planner: Planner, validator: Any, budget: int = 1
 
 def _next_candidate(planner: Planner, state: AgentState, seen: set[str]) -> tuple[Any, Any] | None:
     """The first planned move that materializes to a kernel not validated yet."""
-    while True:
-        moves = planner.plan(state)
-        if not moves:
-            return None
-        for move in moves:
-            made = materialize(state.source, move)
-            if made is None or kernel_sha(made.source) in seen:
-                state.unusable.add(move.key())
-                continue
-            return move, made
-        return None
+    for move in planner.plan(state):
+        made = materialize(state.source, move)
+        if made is None or kernel_sha(made.source) in seen:
+            state.unusable.add(move.key())
+            continue
+        return move, made
+    return None
 
 
 def _better(result: Measurement, best: Measurement | None, expected: float | None, measured: bool) -> bool:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Protocol
 
 from klineage.agent.lineages import LineageStep, LineageSummary, load_lineages
@@ -105,15 +106,21 @@ def kernel_similarity(a: dict[str, Any], b: dict[str, Any]) -> float:
     return sum(bool(a.get(k)) == bool(b.get(k)) for k in keys) / len(keys)
 
 
+@lru_cache(maxsize=256)
+def _features(source: str) -> dict[str, Any]:
+    """``kernel_features`` of a source, computed once: every re-plan compares the same lineage ends."""
+    return kernel_features(source)
+
+
 def nearest_lineages(problem: Problem, source: str, lineages: Sequence[LineageSummary]) -> list[LineageSummary]:
     """Lineages ordered by closeness to the kernel: same family first, then agreement of the static
     features that say what kind of kernel it is (dot / K loop / row reduction / online softmax ...)
     between the kernel and each lineage's naive end."""
-    mine = kernel_features(source)
+    mine = _features(source)
 
     def score(lin: LineageSummary) -> tuple[float, float, str]:
         family = 1.0 if lin.family == problem.family else 0.0
-        theirs = kernel_features(lin.naive_source) if lin.naive_source else {}
+        theirs = _features(lin.naive_source) if lin.naive_source else {}
         return (family + kernel_similarity(mine, theirs), len(lin.forward()), lin.workload)
 
     return sorted(lineages, key=score, reverse=True)

@@ -26,7 +26,6 @@ class Attempt:
     speedup: float | None
     per_shape: tuple[dict[str, Any], ...]
     accepted: bool
-    expected_gain: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON form (a row of the report's trajectory)."""
@@ -34,7 +33,7 @@ class Attempt:
                 "steps": [s.to_dict() for s in self.applied], "kernel_sha": self.kernel_sha,
                 "verdict": self.verdict, "failed_gate": self.failed_gate, "reason": self.reason,
                 "speedup": self.speedup, "per_shape": list(self.per_shape), "accepted": self.accepted,
-                "expected_gain": self.expected_gain}
+                "expected_gain": self.move.expected_gain}
 
 
 @dataclass

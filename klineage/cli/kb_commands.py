@@ -150,8 +150,7 @@ def print_hits(hits: list[Any]) -> None:
     out.print(table)
     for i, hit in enumerate(hits, 1):
         out.print(f"[bold]{i}. {hit.skill.name}[/] ({hit.applicable}){_tag(hit.skill.sample)}")
-        admission = hit.skill.admission  # a method on the store's record, a field on the client's
-        out.print(f"   {admission() if callable(admission) else admission}")
+        out.print(f"   {hit.skill.admission}")
         for label, items, colour in (("passed", hit.passed, "green"), ("failed", hit.failed, "red"),
                                      ("unknown", hit.unknown, "yellow")):
             for item in items:

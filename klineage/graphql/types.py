@@ -117,7 +117,7 @@ class Skill:
                      support=s.support_steps, support_lineages=s.support_lineages,
                      architectures=list(s.architectures), sample=s.sample, profitability=s.profitability,
                      applied=s.applied, verified=s.verified, paid=s.paid, field_effect=Effect.of(s.field_effect),
-                     usage=s.usage(), admitted=s.admitted, admission=s.admission())
+                     usage=s.usage(), admitted=s.admitted, admission=s.admission)
 
     @strawberry.field(description="Conditions under which the optimization is correct.")
     async def valid_when(self, info: strawberry.Info[RequestContext, None]) -> list[Condition]:

@@ -180,8 +180,9 @@ class Skill:
             return self.paid > 0
         return self.field_effect.n > self.paid
 
+    @property
     def admission(self) -> str:
-        """One line: admitted or hypothesis, and why."""
+        """One line: admitted or hypothesis, and why (a field of the same name on the client's Skill)."""
         if self.admitted:
             if self.effect.median is not None and self.effect.median >= 1.0:
                 return (f"admitted: {self.paid} verified trial(s) on new code paid (≥ {PAID:g}×), as its lineage "

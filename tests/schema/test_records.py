@@ -89,11 +89,11 @@ def test_a_skill_is_a_hypothesis_until_a_verified_trial_on_new_code_goes_its_way
     from klineage.schema.records import Anchor, Effect, Skill
 
     gain = Skill("exp2", "Exp2", "intent", Anchor("uses_exp", "tl.exp"), "carrier", {}, effect=Effect.of([1.1, 1.2]))
-    assert not gain.admitted and gain.admission().startswith("hypothesis: no agent")
+    assert not gain.admitted and gain.admission.startswith("hypothesis: no agent")
     tried = replace(gain, applied=3, verified=2, paid=0, field_effect=Effect.of([0.98, 1.0]))
-    assert not tried.admitted and "none reproduced" in tried.admission()
+    assert not tried.admitted and "none reproduced" in tried.admission
     paid = replace(tried, paid=1, field_effect=Effect.of([0.98, 1.12]))
-    assert paid.admitted and paid.admission().startswith("admitted")
+    assert paid.admitted and paid.admission.startswith("admitted")
     loss = replace(gain, effect=Effect.of([0.9, 0.95]), applied=1, verified=1, paid=0, field_effect=Effect.of([0.99]))
     assert loss.admitted  # a loss on the lineages, and no gain on new code: the direction holds
     unmeasured = replace(gain, effect=Effect.of([]), verified=4, paid=4, field_effect=Effect.of([1.2] * 4))
