@@ -25,6 +25,7 @@ import json
 import math
 import statistics
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -134,7 +135,14 @@ def _done(results: Path) -> set[tuple[str, str, int, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run every instance × method not yet in the results, within the time budget."""
+    """Run every instance × method not yet in the results, ``--jobs`` side by side, within the time budget.
+
+    Runs in flight share one trusted validator: their checking gates share the GPU, each timed case has it
+    alone (``validator.device_lock``), so a speedup is measured as if the run were the only one. The
+    knowledge base is read-only here (no Application is recorded), so every instance meets the same one.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     from klineage.validator import LocalValidator
 
     started = time.monotonic()
@@ -145,36 +153,48 @@ def run(args: argparse.Namespace) -> int:
     info = local.device_info()
     validator = DeadlineValidator(local, deadline)
     options = {"rep_ms": args.rep_ms, "max_shapes": args.max_shapes, "device": "cuda" if info.cuda else "cpu",
-               "agent": agent_version()}
+               "agent": agent_version(), "kb": "frozen"}
     done = _done(args.results)
     args.results.parent.mkdir(parents=True, exist_ok=True)
-    methods = args.methods.split(",")
-    for folder in instances(args.instances):
-        for method in methods:
-            key = (folder.name, method, args.budget, json.dumps(options, sort_keys=True))
-            if key in done:
-                continue
-            problem = load_problem(None, folder)
-            shapes = spread(problem.manifest.shapes if info.cuda else problem.manifest.cpu_shapes, args.max_shapes)
-            t0 = time.monotonic()
-            print(f"== {folder.name} × {method} ({time.monotonic() - started:.0f} s in)", flush=True)
-            try:
-                report = optimize(problem, make_planner(method, kb), validator, budget=args.budget, shapes=shapes,
-                                  kb=kb if method == "klineage" else None, arch=90 if info.cuda else None,
-                                  progress=lambda line: print(f"   {line}", flush=True))
-            except OutOfTime:
-                print(f"   time budget spent: {folder.name} × {method} resumes from the cache next call", flush=True)
-                return 0
-            row = {"instance": folder.name, "family": problem.family, "method": method, "budget": args.budget,
-                   "options": options, "shapes": shapes, "gpu": info.gpu, "versions": info.versions,
-                   "date": datetime.now(UTC).isoformat(timespec="seconds"), "wall_s": round(time.monotonic() - t0, 1),
-                   **{k: v for k, v in report.to_dict().items() if k != "best_source"}}
-            with args.results.open("a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
-            best = report.best.speedup if report.best else None
-            print(f"   -> {folder.name} × {method}: best {best}, calls {report.calls_used}, "
-                  f"wasted {report.calls_wasted}, {row['wall_s']} s", flush=True)
-    print(f"all runs done in {time.monotonic() - started:.0f} s")
+    pending = [(folder, method) for folder in instances(args.instances) for method in args.methods.split(",")
+               if (folder.name, method, args.budget, json.dumps(options, sort_keys=True)) not in done]
+    write_lock, results_lock = threading.Lock(), threading.Lock()
+    stopped = threading.Event()
+
+    def say(line: str) -> None:
+        with write_lock:
+            print(f"[{time.monotonic() - started:5.0f} s] {line}", flush=True)
+
+    def one(folder: Path, method: str) -> None:
+        if stopped.is_set():
+            return
+        problem = load_problem(None, folder)
+        shapes = spread(problem.manifest.shapes if info.cuda else problem.manifest.cpu_shapes, args.max_shapes)
+        tag = f"{folder.name} × {method}"
+        t0 = time.monotonic()
+        say(f"== {tag}")
+        try:
+            report = optimize(problem, make_planner(method, kb), validator, budget=args.budget, shapes=shapes,
+                              kb=None, arch=90 if info.cuda else None,
+                              progress=lambda line: say(f"   {tag}: {line}"))
+        except OutOfTime:
+            stopped.set()
+            say(f"   time budget spent: {tag} resumes from the cache next call")
+            return
+        row = {"instance": folder.name, "family": problem.family, "method": method, "budget": args.budget,
+               "options": options, "shapes": shapes, "gpu": info.gpu, "versions": info.versions,
+               "date": datetime.now(UTC).isoformat(timespec="seconds"), "wall_s": round(time.monotonic() - t0, 1),
+               **{k: v for k, v in report.to_dict().items() if k != "best_source"}}
+        with results_lock, args.results.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        best = report.best.speedup if report.best else None
+        say(f"   -> {tag}: best {best}, calls {report.calls_used}, wasted {report.calls_wasted}, {row['wall_s']} s")
+
+    say(f"{len(pending)} runs to do, {args.jobs} at a time")
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for future in [pool.submit(one, folder, method) for folder, method in pending]:
+            future.result()  # an unexpected error ends the call loudly
+    say("time budget spent" if stopped.is_set() else "all runs done")
     return 0
 
 
@@ -290,6 +310,7 @@ def main() -> int:
     r.add_argument("--rep-ms", type=float, default=25.0, help="timed milliseconds per case")
     r.add_argument("--max-shapes", type=int, default=None, help="shapes of each grid (spread by size)")
     r.add_argument("--cpu", action="store_true", help="interpreter mode (correctness only, nothing timed)")
+    r.add_argument("--jobs", type=int, default=1, help="runs side by side (timing stays exclusive on the GPU)")
     t = sub.add_parser("table", help="the table and the plots from the results")
     t.add_argument("--results", type=Path, default=RESULTS)
     t.add_argument("--no-plots", action="store_true")

@@ -22,13 +22,13 @@ timed fails here.
 from __future__ import annotations
 
 import statistics
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from klineage.validator.checks import CaseFailure, case_label, clone_inputs
+from klineage.validator.device_lock import device_lock
 from klineage.validator.harness import one_line
 
 FLUSH_BYTES = 256 * 1024 * 1024
@@ -123,16 +123,6 @@ def measure_ceilings() -> dict[str, Any]:
                       "8192^3"}
 
 
-_GPU_LOCKS: dict[str, threading.Lock] = {}
-_GPU_LOCKS_GUARD = threading.Lock()
-
-
-def gpu_lock(device: str) -> threading.Lock:
-    """One lock per device: performance gates (candidate and baseline timing) never overlap on a GPU."""
-    with _GPU_LOCKS_GUARD:
-        return _GPU_LOCKS.setdefault(device, threading.Lock())
-
-
 def plausible_stats(stats: Any) -> str | None:
     """Why the worker's timing statistics are not believable (None when they are)."""
     if not isinstance(stats, dict):
@@ -155,7 +145,7 @@ def run_performance(runner: Any, reference: Any, manifest: Any, shapes: Sequence
 
     The candidate is timed in its worker (``runner.time``: CUDA events, the statistics and the last
     output come back and are checked here); the vendor/reference is timed in this process on the same
-    device, under ``gpu_lock(device)`` so that nothing else runs on the GPU meanwhile.
+    device, holding ``device_lock(device)`` exclusively, so that no other gate of ours runs on the GPU meanwhile.
     ``rep_ms``: timed milliseconds per case (at least ``MIN_RUNS`` runs either way). ``time_baseline``
     False skips timing the vendor/reference (the backward walker compares kernel versions with each
     other; the expert's own job times the vendor): rows then carry no speedup. ``host_lead_us``:
@@ -174,7 +164,7 @@ def run_performance(runner: Any, reference: Any, manifest: Any, shapes: Sequence
         for dtype in manifest.dtypes:
             label = case_label(shape, dtype)
             try:
-                with gpu_lock(device), torch.cuda.device(torch.device(device)):
+                with device_lock(device).exclusive(), torch.cuda.device(torch.device(device)):
                     inputs = reference.make_inputs(dict(shape), dtype, 0, device=device)
                     ref_out = reference.reference(*clone_inputs(inputs))
                     torch.cuda.synchronize()

@@ -10,6 +10,7 @@ that did not run is a failure, never a pass. Importing this module does not impo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
@@ -25,6 +26,7 @@ from klineage.schema.errors import ManifestError
 from klineage.schema.gate_result import GATES, GateOutcome, GateResult
 from klineage.schema.ids import canonical_json, kernel_sha, sha256_text
 from klineage.schema.manifest import WorkloadManifest, load_manifest
+from klineage.validator.device_lock import device_lock
 from klineage.validator.pool import WorkerLost, WorkerMode, WorkerPool, default_pool
 from klineage.validator.sandbox import clean_env, run_worker
 from klineage.validator.static import check_source
@@ -318,15 +320,18 @@ def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes:
                     candidate = RemoteCandidate(worker, job_dir, deadline, where)
                     needs_module = any(g != "compile" for g in phase_gates)
                     try:
-                        candidate.load(compile_only=not needs_module, cpu_seconds=cpu_seconds)
+                        with _checking(where, on_gpu):
+                            candidate.load(compile_only=not needs_module, cpu_seconds=cpu_seconds)
                         load_error = None
                     except CandidateError as exc:
                         load_error = str(exc)
                     for gate in phase_gates:
                         current, started = gate, True
                         gate_start = time.monotonic()
-                        outcome = _one_gate(gate, candidate, load_error, reference, manifest, grid, where,
-                                            on_gpu, uses_dot, findings, seeds, ceilings, timing, rep_ms)
+                        # the performance gate takes the device alone, case by case (perf.py)
+                        with _checking(where, on_gpu and gate != "performance"):
+                            outcome = _one_gate(gate, candidate, load_error, reference, manifest, grid, where,
+                                                on_gpu, uses_dot, findings, seeds, ceilings, timing, rep_ms)
                         metrics = {**outcome.get("metrics", {}), **limit.metrics(),
                                    "gate_wall_s": round(time.monotonic() - gate_start, 3)}
                         outcomes[gate] = GateOutcome(gate, outcome["status"], outcome.get("reason", ""), metrics)
@@ -344,6 +349,11 @@ def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes:
         if any(o.status == "fail" for o in outcomes.values()):
             break
     return None
+
+
+def _checking(where: str, on_gpu: bool) -> contextlib.AbstractContextManager[None]:
+    """The GPU shared with other checking gates (never with a timing run); nothing on CPU."""
+    return device_lock(where).shared() if on_gpu else contextlib.nullcontext()
 
 
 def _one_gate(gate: str, candidate: RemoteCandidate, load_error: str | None, reference: Any, manifest: Any,

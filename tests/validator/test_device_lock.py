@@ -1,0 +1,64 @@
+"""The device lock: checking gates share the GPU, a timed case has it alone, and timing is not starved."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from klineage.validator.device_lock import DeviceLock, device_lock
+
+
+def _wait_for(predicate, timeout: float = 5.0) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, "condition never became true"
+        time.sleep(0.005)
+
+
+def test_checking_gates_share_the_device() -> None:
+    lock = DeviceLock()
+    with lock.shared(), lock.shared():
+        assert lock.state() == (2, False, 0)
+    assert lock.state() == (0, False, 0)
+
+
+def test_a_timed_case_waits_for_checks_and_excludes_new_ones() -> None:
+    lock = DeviceLock()
+    events: list[str] = []
+    check_may_end = threading.Event()
+
+    def check() -> None:
+        with lock.shared():
+            events.append("check start")
+            check_may_end.wait(5)
+            events.append("check end")
+
+    def timing() -> None:
+        with lock.exclusive():
+            events.append("timing start")
+            assert lock.state()[0] == 0
+            events.append("timing end")
+
+    def late_check() -> None:
+        with lock.shared():
+            events.append("late check")
+
+    first = threading.Thread(target=check)
+    first.start()
+    _wait_for(lambda: lock.state()[0] == 1)
+    timer = threading.Thread(target=timing)
+    timer.start()
+    _wait_for(lambda: lock.state()[2] == 1)  # the timing run waits for the running check
+    late = threading.Thread(target=late_check)
+    late.start()
+    time.sleep(0.05)
+    assert "late check" not in events  # writer preference: no new check starts while timing waits
+    check_may_end.set()
+    for thread in (first, timer, late):
+        thread.join(5)
+    assert events == ["check start", "check end", "timing start", "timing end", "late check"]
+
+
+def test_one_lock_per_device_name() -> None:
+    assert device_lock("cuda:7") is device_lock("cuda:7")
+    assert device_lock("cuda:7") is not device_lock("cuda:6")
