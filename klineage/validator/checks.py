@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -233,9 +234,19 @@ def judge(result: CallResult, ref: Any, tolerance: float) -> float:
     return compare(out, ref, tolerance)
 
 
+def no_hold(exclusive: bool) -> AbstractContextManager[None]:
+    """A ``hold`` that holds nothing (one job at a time, or no GPU)."""
+    return nullcontext()
+
+
 def run_correctness(runner: CandidateRunner, reference: Any, manifest: Any, shapes: Sequence[dict], device: str,
-                    interpret: bool, uses_dot: bool, findings: Findings, seeds: int = 5) -> dict[str, Any]:
-    """The correctness gate over ``shapes`` × the manifest's dtypes; returns an outcome dict."""
+                    interpret: bool, uses_dot: bool, findings: Findings, seeds: int = 5,
+                    hold: Callable[[bool], AbstractContextManager[None]] = no_hold) -> dict[str, Any]:
+    """The correctness gate over ``shapes`` × the manifest's dtypes; returns an outcome dict.
+
+    ``hold(exclusive)`` is entered around each checked call (inputs, reference, candidate, comparison):
+    the device is shared with other jobs' checks only between calls, so a timing run never waits long.
+    """
     worst: dict[str, float] = {}
     judged = 0
     skipped: list[str] = []
@@ -254,24 +265,25 @@ def run_correctness(runner: CandidateRunner, reference: Any, manifest: Any, shap
                 config = i % configs if configs > 1 else None
                 if config is not None:
                     label += f" config {config}"
-                try:
-                    made = reference.make_inputs(dict(shape), dtype, seed, device=device)
-                    inputs = transform_inputs(made, dist, seed)
-                    ref_out = reference.reference(*clone_inputs(inputs))
-                    _sync(device)
-                except Exception as exc:
-                    return {"status": "fail", "reason": f"the workload's reference failed on {label}: "
-                            f"{one_line(exc)}", "metrics": {}}
-                try:
-                    result = runner.call("correctness", inputs, config=config)
-                except CandidateError as exc:
-                    return {"status": "fail", "reason": f"run raised on {label}: {exc}",
-                            "metrics": {"case": label}}
-                findings.add(result)
-                try:
-                    rel = judge(result, ref_out, tol)
-                except CaseFailure as exc:
-                    return {"status": "fail", "reason": f"{label}: {exc}", "metrics": {"case": label}}
+                with hold(False):
+                    try:
+                        made = reference.make_inputs(dict(shape), dtype, seed, device=device)
+                        inputs = transform_inputs(made, dist, seed)
+                        ref_out = reference.reference(*clone_inputs(inputs))
+                        _sync(device)
+                    except Exception as exc:
+                        return {"status": "fail", "reason": f"the workload's reference failed on {label}: "
+                                f"{one_line(exc)}", "metrics": {}}
+                    try:
+                        result = runner.call("correctness", inputs, config=config)
+                    except CandidateError as exc:
+                        return {"status": "fail", "reason": f"run raised on {label}: {exc}",
+                                "metrics": {"case": label}}
+                    findings.add(result)
+                    try:
+                        rel = judge(result, ref_out, tol)
+                    except CaseFailure as exc:
+                        return {"status": "fail", "reason": f"{label}: {exc}", "metrics": {"case": label}}
                 worst[dtype] = max(worst.get(dtype, 0.0), rel)
                 judged += 1
     metrics: dict[str, Any] = {
@@ -318,61 +330,80 @@ def _snapshot(value: Any) -> Any:
 
 
 def run_integrity(runner: CandidateRunner, reference: Any, manifest: Any, shapes: Sequence[dict], device: str,
-                  findings: Findings, interpret: bool = False, uses_dot: bool = False) -> dict[str, Any]:
+                  findings: Findings, interpret: bool = False, uses_dot: bool = False,
+                  hold: Callable[[bool], AbstractContextManager[None]] = no_hold) -> dict[str, Any]:
     """The integrity gate over ``shapes`` × dtypes; returns an outcome dict.
 
     A third call follows the two identical ones: the same input tensors (in the worker), refilled in
     place with another seed's data, must give that data's answer (an output memoized by tensor address
-    does not).
+    does not). Each case runs inside ``hold(exclusive)``, exclusive for an autotuned candidate: its
+    first unpinned call per shape is where Triton's autotuner times the configs, and that choice must
+    be made on a quiet GPU, as the performance gate's timing is.
     """
     cases = 0
     if findings.violations:
         return _violation_outcome(findings.violations, {"host_op_violations": dict(findings.violations)})
+    autotuned = int(getattr(runner, "configs", 1) or 1) > 1
     for shape in shapes:
         for dtype in manifest.dtypes:
-            label = case_label(shape, dtype, 4242)
-            inputs = reference.make_inputs(dict(shape), dtype, 4242, device=device)
-            saved = _snapshot(inputs)
-            try:
-                first = runner.call("integrity", inputs, return_inputs=True)
-                findings.add(first)
-                if first.inputs is None or len(first.inputs) != len(saved):
-                    return {"status": "fail", "metrics": {"case": label},
-                            "reason": f"the worker did not send back the inputs on {label}"}
-                for i, (now, then) in enumerate(zip(first.inputs, saved, strict=True)):
-                    if not _same_bits(now, then):
-                        return {"status": "fail", "metrics": {"case": label},
-                                "reason": f"run modified its input {i} on {label}"}
-                if first.launches <= 0:
-                    return {"status": "fail", "metrics": {"case": label},
-                            "reason": f"run returned without launching a Triton kernel on {label}"}
-                second = runner.call("integrity")
-                findings.add(second)
-                if second.launches <= 0:
-                    return {"status": "fail", "metrics": {"case": label},
-                            "reason": f"the second call launched no Triton kernel on {label} (memoized output)"}
-            except CandidateError as exc:
-                return {"status": "fail", "reason": f"run raised on {label}: {exc}", "metrics": {"case": label}}
-            if not _same_bits(first.out, second.out):
-                return {"status": "fail", "metrics": {"case": label},
-                        "reason": f"two runs on the same inputs differ on {label} (non-deterministic output)"}
-            refill = reference.make_inputs(dict(shape), dtype, 4343, device=device)
-            same_layout = all(_same_layout(a, b) for a, b in zip(inputs, refill, strict=True))
-            if same_layout and not (interpret and dtype == "bf16" and uses_dot):  # else: not judgeable
-                expected = reference.reference(*clone_inputs(refill))
-                try:
-                    runner.refill("integrity", refill)
-                    third = runner.call("integrity")
-                    findings.add(third)
-                    judge(third, expected, float(manifest.tolerance[dtype]))
-                except CaseFailure as exc:
-                    return {"status": "fail", "metrics": {"case": label},
-                            "reason": f"after the same input tensors were refilled in place on {label}, the output "
-                                      f"did not follow ({exc}): output memoized by tensor address"}
-                except CandidateError as exc:
-                    return {"status": "fail", "reason": f"run raised on {label}: {exc}",
-                            "metrics": {"case": label}}
+            with hold(autotuned):
+                outcome = _integrity_case(runner, reference, manifest, shape, dtype, device, findings, interpret,
+                                          uses_dot)
+            if outcome is not None:
+                return outcome
             cases += 1
+    return _integrity_outcome(findings, cases)
+
+
+def _integrity_case(runner: CandidateRunner, reference: Any, manifest: Any, shape: dict, dtype: str, device: str,
+                    findings: Findings, interpret: bool, uses_dot: bool) -> dict[str, Any] | None:
+    """One (shape, dtype) of the integrity gate: a failing outcome, or None when the case passed."""
+    label = case_label(shape, dtype, 4242)
+    inputs = reference.make_inputs(dict(shape), dtype, 4242, device=device)
+    saved = _snapshot(inputs)
+    try:
+        first = runner.call("integrity", inputs, return_inputs=True)
+        findings.add(first)
+        if first.inputs is None or len(first.inputs) != len(saved):
+            return {"status": "fail", "metrics": {"case": label},
+                    "reason": f"the worker did not send back the inputs on {label}"}
+        for i, (now, then) in enumerate(zip(first.inputs, saved, strict=True)):
+            if not _same_bits(now, then):
+                return {"status": "fail", "metrics": {"case": label},
+                        "reason": f"run modified its input {i} on {label}"}
+        if first.launches <= 0:
+            return {"status": "fail", "metrics": {"case": label},
+                    "reason": f"run returned without launching a Triton kernel on {label}"}
+        second = runner.call("integrity")
+        findings.add(second)
+        if second.launches <= 0:
+            return {"status": "fail", "metrics": {"case": label},
+                    "reason": f"the second call launched no Triton kernel on {label} (memoized output)"}
+    except CandidateError as exc:
+        return {"status": "fail", "reason": f"run raised on {label}: {exc}", "metrics": {"case": label}}
+    if not _same_bits(first.out, second.out):
+        return {"status": "fail", "metrics": {"case": label},
+                "reason": f"two runs on the same inputs differ on {label} (non-deterministic output)"}
+    refill = reference.make_inputs(dict(shape), dtype, 4343, device=device)
+    same_layout = all(_same_layout(a, b) for a, b in zip(inputs, refill, strict=True))
+    if same_layout and not (interpret and dtype == "bf16" and uses_dot):  # else: not judgeable
+        expected = reference.reference(*clone_inputs(refill))
+        try:
+            runner.refill("integrity", refill)
+            third = runner.call("integrity")
+            findings.add(third)
+            judge(third, expected, float(manifest.tolerance[dtype]))
+        except CaseFailure as exc:
+            return {"status": "fail", "metrics": {"case": label},
+                    "reason": f"after the same input tensors were refilled in place on {label}, the output "
+                              f"did not follow ({exc}): output memoized by tensor address"}
+        except CandidateError as exc:
+            return {"status": "fail", "reason": f"run raised on {label}: {exc}",
+                    "metrics": {"case": label}}
+    return None
+
+
+def _integrity_outcome(findings: Findings, cases: int) -> dict[str, Any]:
     violations = findings.violations
     metrics = {"cases": cases, "launches": dict(findings.kernels), "host_op_violations": dict(violations),
                "poisoned_allocations": findings.poisoned}

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -328,10 +328,8 @@ def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes:
                     for gate in phase_gates:
                         current, started = gate, True
                         gate_start = time.monotonic()
-                        # the performance gate takes the device alone, case by case (perf.py)
-                        with _checking(where, on_gpu and gate != "performance"):
-                            outcome = _one_gate(gate, candidate, load_error, reference, manifest, grid, where,
-                                                on_gpu, uses_dot, findings, seeds, ceilings, timing, rep_ms)
+                        outcome = _one_gate(gate, candidate, load_error, reference, manifest, grid, where,
+                                            on_gpu, uses_dot, findings, seeds, ceilings, timing, rep_ms)
                         metrics = {**outcome.get("metrics", {}), **limit.metrics(),
                                    "gate_wall_s": round(time.monotonic() - gate_start, 3)}
                         outcomes[gate] = GateOutcome(gate, outcome["status"], outcome.get("reason", ""), metrics)
@@ -353,7 +351,19 @@ def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes:
 
 def _checking(where: str, on_gpu: bool) -> contextlib.AbstractContextManager[None]:
     """The GPU shared with other checking gates (never with a timing run); nothing on CPU."""
-    return device_lock(where).shared() if on_gpu else contextlib.nullcontext()
+    return _hold_for(where, on_gpu)(False)
+
+
+def _hold_for(where: str, on_gpu: bool) -> Callable[[bool], contextlib.AbstractContextManager[None]]:
+    """``hold(exclusive)`` for the checking gates: the device lock of ``where`` on a GPU, nothing on CPU.
+
+    Checks hold the GPU shared, call by call; the performance gate holds it alone, case by case
+    (``perf.py``), so several jobs' checks run together and no check runs while a case is timed.
+    """
+    if not on_gpu:
+        return lambda exclusive: contextlib.nullcontext()
+    lock = device_lock(where)
+    return lambda exclusive: lock.exclusive() if exclusive else lock.shared()
 
 
 def _one_gate(gate: str, candidate: RemoteCandidate, load_error: str | None, reference: Any, manifest: Any,
@@ -365,8 +375,9 @@ def _one_gate(gate: str, candidate: RemoteCandidate, load_error: str | None, ref
 
     try:
         if gate == "compile":
-            cases = [(f"{d} {dict(s)}", tuple(reference.make_inputs(dict(s), d, 0, device=where)))
-                     for s in grid for d in manifest.dtypes]
+            with _checking(where, on_gpu):
+                cases = [(f"{d} {dict(s)}", tuple(reference.make_inputs(dict(s), d, 0, device=where)))
+                         for s in grid for d in manifest.dtypes]
             try:
                 return candidate.compile(cases)
             except CandidateError as exc:
@@ -377,10 +388,10 @@ def _one_gate(gate: str, candidate: RemoteCandidate, load_error: str | None, ref
             return {"status": "fail", "reason": f"candidate failed to import: {load_error}", "metrics": {}}
         if gate == "correctness":
             return run_correctness(candidate, reference, manifest, grid, where, not on_gpu, uses_dot, findings,
-                                   seeds=seeds)
+                                   seeds=seeds, hold=_hold_for(where, on_gpu))
         if gate == "integrity":
             return run_integrity(candidate, reference, manifest, grid, where, findings, interpret=not on_gpu,
-                                 uses_dot=uses_dot)
+                                 uses_dot=uses_dot, hold=_hold_for(where, on_gpu))
         if gate == "performance":
             from klineage.validator.perf import run_performance
 
