@@ -50,6 +50,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from klineage.schema.gate_result import GATES
+from klineage.validator.baseline_timer import shutdown_baseline_timers
 from klineage.validator.cache import ResultCache
 from klineage.validator.client import LocalValidator
 from klineage.validator.pool import shutdown_default_pool
@@ -165,6 +166,7 @@ class JobManager:
             self.queue.put(None)
         kill_live_workers()
         shutdown_default_pool()
+        shutdown_baseline_timers()
 
     def _work(self, validator: LocalValidator, first: bool) -> None:
         if first and self.config.measure_ceilings_at_start and validator.device_info().cuda:
