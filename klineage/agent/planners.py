@@ -15,6 +15,8 @@ budget; only the planner differs:
   trajectory recorded (the operators' defaults where those do not fit), and their failure rules; no
   conditions, no anchors, no portable parameters.
 * ``FixedOrderPlanner`` (*none*): every operator in the registry's order with ``apply``'s defaults.
+* ``GreedyPlanner`` (*greedy*): the first round's loop, the knowledge base's applicable skills in search
+  rank order with ``apply``'s defaults (the transfer issue's yardstick, run with a budget of 5).
 
 A planner sees the history of attempts (``AgentState``) and re-plans after a failure: a move is never
 proposed twice, an operator whose candidate failed correctness is not proposed again, and a
@@ -98,6 +100,15 @@ def _compile_retries(state: AgentState) -> list[Move]:
 # ------------------------------------------------------------------------------------------ klineage
 
 
+def search_hits(kb: KnowledgeBase, state: AgentState, facts: KernelFacts) -> list[SkillHit]:
+    """The knowledge base's hits for this kernel and problem, best first, through ``KnowledgeBase.search``
+    (the service function GraphQL and MCP call)."""
+    # The kernel's features and anchors, not its summary: the text query is the problem's own, so one
+    # embedding per problem serves every re-plan.
+    return kb.search(text=state.problem.text(), context=state.problem.search_context(state.arch),
+                     kernel_features=facts.features, operator_anchors=facts.operator_anchors, limit=100)
+
+
 def kernel_similarity(a: dict[str, Any], b: dict[str, Any]) -> float:
     """Fraction of the kernel-kind features (``SHAPE_OF_KERNEL``) on which two kernels agree."""
     keys = [k for k in SHAPE_OF_KERNEL if k in a or k in b]
@@ -141,13 +152,8 @@ class LineagePlanner:
         return self._lineages
 
     def hits(self, state: AgentState, facts: KernelFacts) -> dict[str, SkillHit]:
-        """The search hit of each operator's skill for this kernel and problem (the service function
-        GraphQL and MCP call)."""
-        # The kernel's features and anchors, not its summary: the text query is the problem's own, so one
-        # embedding per problem serves every re-plan.
-        hits = self.kb.search(text=state.problem.text(), context=state.problem.search_context(state.arch),
-                              kernel_features=facts.features, operator_anchors=facts.operator_anchors, limit=100)
-        return {h.skill.operator: h for h in hits}
+        """The search hit of each operator's skill for this kernel and problem (``search_hits``)."""
+        return {h.skill.operator: h for h in search_hits(self.kb, state, facts)}
 
     def plan(self, state: AgentState) -> list[Move]:
         """Remaining lineage steps naive → expert, launch configuration first as one config set, then
@@ -291,6 +297,33 @@ class MemoryPlanner:
         return _filter(state, [*_compile_retries(state), *moves])
 
 
+# -------------------------------------------------------------------------------------------- greedy
+
+
+@dataclass
+class GreedyPlanner:
+    """The first round's loop, kept as the yardstick of the transfer work: the knowledge base's skills in
+    search rank order, those the kernel can take (APPLICABLE by its facts, VALID_WHEN not failing), each
+    with ``apply``'s defaults; no lineage, no parameters, no profitability demotion."""
+
+    kb: KnowledgeBase
+    name: str = "greedy"
+
+    def plan(self, state: AgentState) -> list[Move]:
+        """Applicable skills by search score."""
+        facts = kernel_facts(state.source)
+        moves = []
+        for rank, hit in enumerate(search_hits(self.kb, state, facts), start=1):
+            op = hit.skill.operator
+            if hit.applicable == NOT_APPLICABLE or facts.state(op) != APPLICABLE:
+                continue
+            if any(c.kind == "valid" and c.value is False for c in hit.checks):
+                continue
+            moves.append(single(op, origin=f"search rank {rank}", expected_gain=hit.expected_gain,
+                                why=f"score {hit.score:.3f}"))
+        return _filter(state, [*_compile_retries(state), *moves])
+
+
 # ---------------------------------------------------------------------------------------------- none
 
 
@@ -305,7 +338,7 @@ class FixedOrderPlanner:
         return _filter(state, [single(op, origin="fixed order") for op in operator_ids()])
 
 
-METHODS = ("klineage", "memory", "none")
+METHODS = ("klineage", "memory", "none", "greedy")
 
 
 def make_planner(method: str, kb: KnowledgeBase | None) -> Planner:
@@ -317,4 +350,6 @@ def make_planner(method: str, kb: KnowledgeBase | None) -> Planner:
         return FixedOrderPlanner()
     if kb is None:
         raise ValueError(f"method {method!r} needs a knowledge base")
-    return LineagePlanner(kb) if method == "klineage" else MemoryPlanner(kb)
+    planners: dict[str, type[LineagePlanner] | type[MemoryPlanner] | type[GreedyPlanner]] = {
+        "klineage": LineagePlanner, "memory": MemoryPlanner, "greedy": GreedyPlanner}
+    return planners[method](kb)

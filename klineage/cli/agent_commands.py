@@ -74,7 +74,8 @@ def optimize_command(
     budget: Annotated[int, typer.Option(min=0, max=100, help="Validator calls to spend on candidates (the start's "
                                                              "validation is not counted).")] = 10,
     method: Annotated[str, typer.Option(help="klineage (plan along lineages), memory (trajectories by "
-                                             "embedding similarity only) or none (operators in a fixed order).")]
+                                             "embedding similarity only), none (operators in a fixed order) or greedy "
+                                             "(applicable skills in search rank order, defaults).")]
         = "klineage",
     validator: Annotated[str | None, typer.Option(help="Validator service URL (default: validate locally).")] = None,
     cache: Annotated[Path | None, typer.Option(help="Local validator's result cache (SQLite).")] = None,

@@ -69,7 +69,7 @@ def test_the_plan_starts_where_the_kernel_already_is(kb: KnowledgeBase) -> None:
 
 
 def test_every_method_has_a_planner(kb: KnowledgeBase) -> None:
-    for method in ("klineage", "memory", "none"):
+    for method in ("klineage", "memory", "none", "greedy"):
         assert make_planner(method, kb).name == method
     with pytest.raises(ValueError, match="expected one of"):
         make_planner("random", kb)
@@ -95,3 +95,19 @@ def test_the_gemm_experts_configurations_reach_a_naive_matmul_in_role_terms(kb: 
     result = LocalValidator(device="cpu", seeds=1).validate(made.source, problem.manifest.directory,
                                                             gates=("static", "compile", "correctness"))
     assert result.verdict == "pass", [g.reason for g in result.gates if g.status == "fail"]
+
+
+def test_greedy_proposes_only_skills_the_kernel_can_take_in_search_rank_order(kb: KnowledgeBase) -> None:
+    from klineage.agent.planners import search_hits
+    from klineage.transforms.facts import APPLICABLE, kernel_facts
+
+    problem = load_problem(None, ROOT / "heldout" / "rmsnorm")
+    state = AgentState(problem, problem.source)
+    moves = make_planner("greedy", kb).plan(state)
+    assert moves and all(len(m.steps) == 1 and not m.steps[0].params for m in moves)
+    planned = [m.operators[0] for m in moves]
+    assert not set(planned) & DOT_ONLY, planned
+    facts = kernel_facts(problem.source)
+    assert all(facts.state(op) == APPLICABLE for op in planned)
+    ranked = [h.skill.operator for h in search_hits(kb, state, facts)]
+    assert planned == [op for op in ranked if op in planned]
