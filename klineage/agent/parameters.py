@@ -9,6 +9,7 @@ portable parameters (``configs=``, ``tiles=``, ``warps=``, ``stages=``, ``group_
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from klineage.agent.lineages import LineageStep
@@ -26,3 +27,46 @@ def step_parameters(step: LineageStep) -> dict[str, Any]:
     except ValueError:
         return {}
     return {k: found[k] for k in keys if k in found}
+
+
+#: Which dim role each role-term tile covers.
+TILE_ROLES = {"tile_m": "rows", "tile_n": "cols", "tile_k": "reduce"}
+#: The smallest tile a config is clipped to (``tl.dot`` needs 16 on each side).
+MIN_TILE = 16
+#: Most configurations one autotune move carries (each is timed per shape by the autotuner).
+MAX_CONFIGS = 12
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def fit_to_grid(configs: Sequence[Mapping[str, Any]], shapes: Sequence[Mapping[str, Any]],
+                roles: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The expert's configurations, then each one with its tiles clipped to every grid shape's extents.
+
+    A tile wider than its dim (rounded up to a power of two, at least ``MIN_TILE``) only computes masked
+    lanes: an expert tuned on large matrices carries 128×256 tiles that waste most of a 128×128 batch
+    element. The clipped variant keeps the rest of the configuration (warps at most 4 once the output
+    tile is 64×64 or less, where 8 warps have too little to share). Originals come first, duplicates are
+    dropped, at most ``MAX_CONFIGS`` are kept. A config or shape without role-term tiles passes as is."""
+    out: list[dict[str, Any]] = []
+
+    def add(config: Mapping[str, Any]) -> None:
+        if dict(config) not in out and len(out) < MAX_CONFIGS:
+            out.append(dict(config))
+
+    for config in configs:
+        add(config)
+    for config in configs:
+        for shape in shapes:
+            clipped = dict(config)
+            for tile, role in TILE_ROLES.items():
+                sizes = [v for d, v in shape.items()
+                         if roles.get(d) == role and isinstance(v, int) and not isinstance(v, bool)]
+                if tile in clipped and sizes:
+                    clipped[tile] = min(int(clipped[tile]), max(MIN_TILE, _next_pow2(sizes[0])))
+            if clipped.get("tile_m", 128) * clipped.get("tile_n", 128) <= 64 * 64 and "num_warps" in clipped:
+                clipped["num_warps"] = min(int(clipped["num_warps"]), 4)
+            add(clipped)
+    return out

@@ -33,10 +33,11 @@ from typing import Any, Protocol
 
 from klineage.agent.lineages import LineageStep, LineageSummary, load_lineages
 from klineage.agent.moves import Move, MoveStep, composite, single
-from klineage.agent.parameters import step_parameters
+from klineage.agent.parameters import fit_to_grid, step_parameters
 from klineage.agent.problem import Problem
 from klineage.agent.state import AgentState
 from klineage.kb.conditions import evaluate
+from klineage.kb.features import FeatureError, manifest_roles
 from klineage.kb.search import NOT_APPLICABLE, SkillHit
 from klineage.kb.service import KnowledgeBase
 from klineage.transforms.facts import APPLICABLE, PRESENT, KernelFacts, kernel_facts
@@ -167,7 +168,7 @@ class LineagePlanner:
         for lineage in ranked[:2]:
             forward = lineage.forward()
             config_steps = [s for s in forward if s.operator in LAUNCH_CONFIG]
-            config = self._config_move(lineage, config_steps, facts, hits)
+            config = self._config_move(lineage, config_steps, facts, hits, state.problem)
             if config is not None:
                 moves.append(config)
             for step in forward:
@@ -222,9 +223,10 @@ class LineagePlanner:
                       why=f"{lineage.workload}'s expert gained {gain:.2f}x from it" if gain else "lineage step")
 
     def _config_move(self, lineage: LineageSummary, steps: list[LineageStep], facts: KernelFacts,
-                     hits: dict[str, SkillHit]) -> Move | None:
+                     hits: dict[str, SkillHit], problem: Problem) -> Move | None:
         """The lineage's launch-configuration steps as one move: the expert's autotune config set in role
-        terms when it has one (one call tries them all), else its tiles / warps / stages together."""
+        terms when it has one (one call tries them all; with each config's tiles also clipped to the
+        kernel's grid, ``fit_to_grid``), else its tiles / warps / stages together."""
         usable = [s for s in steps if self._blocked(s.operator, facts, hits) is None]
         if not usable:
             return None
@@ -234,6 +236,11 @@ class LineagePlanner:
         if autotune is not None:
             params = step_parameters(autotune)
             if params.get("configs"):
+                try:
+                    roles = manifest_roles(problem.manifest)
+                except FeatureError:  # dims without roles: the expert's configs as they are
+                    roles = {}
+                params = {**params, "configs": fit_to_grid(params["configs"], problem.manifest.shapes, roles)}
                 return composite("launch config set", [MoveStep("autotune", params)], origin=origin,
                                  expected_gain=gain,
                                  why=f"{lineage.workload}'s expert configurations ({len(params['configs'])}) "

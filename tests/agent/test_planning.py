@@ -111,3 +111,29 @@ def test_greedy_proposes_only_skills_the_kernel_can_take_in_search_rank_order(kb
     assert all(facts.state(op) == APPLICABLE for op in planned)
     ranked = [h.skill.operator for h in search_hits(kb, state, facts)]
     assert planned == [op for op in ranked if op in planned]
+
+
+def test_expert_tiles_are_also_offered_clipped_to_the_kernels_grid() -> None:
+    from klineage.agent.parameters import MAX_CONFIGS, fit_to_grid
+
+    expert = [{"tile_m": 128, "tile_n": 256, "tile_k": 64, "num_stages": 3, "num_warps": 8},
+              {"tile_m": 64, "tile_n": 64, "tile_k": 32, "num_stages": 4, "num_warps": 4}]
+    roles = {"B": "batch", "M": "rows", "N": "cols", "K": "reduce"}
+    grid = [{"B": 256, "M": 128, "N": 128, "K": 128}, {"B": 8, "M": 2048, "N": 2048, "K": 2048},
+            {"B": 4, "M": 48, "N": 40, "K": 8}]
+    fitted = fit_to_grid(expert, grid, roles)
+    assert fitted[:2] == expert  # the expert's own first, unchanged
+    assert {"tile_m": 128, "tile_n": 128, "tile_k": 64, "num_stages": 3, "num_warps": 8} in fitted
+    # never below 16 (tl.dot), warps cut to 4 on a 64x64 output tile
+    assert {"tile_m": 64, "tile_n": 64, "tile_k": 16, "num_stages": 3, "num_warps": 4} in fitted
+    assert len(fitted) == len({tuple(sorted(c.items())) for c in fitted}) <= MAX_CONFIGS
+    assert fit_to_grid(expert, grid, {}) == expert  # no roles: nothing to clip against
+
+
+def test_a_batched_matmul_gets_the_experts_configs_fitted_to_its_small_matrices(kb: KnowledgeBase) -> None:
+    config = next(m for m in _plan(kb, "bmm") if m.label == "launch config set")
+    configs = config.steps[0].params["configs"]
+    first = configs[0]
+    assert first["tile_n"] > 128  # the gemm expert's own first config, tuned on large matrices
+    assert {**first, "tile_m": min(first["tile_m"], 128), "tile_n": 128, "tile_k": min(first["tile_k"], 128)} \
+        in configs, configs  # and the same one fitted to bmm's 128 x 128 x 128 batch elements
