@@ -1,0 +1,76 @@
+"""The evaluation's arithmetic: re-basing runs whose vendor timings were stalled, budget-5 answers,
+and the gain a skill made on the kernel it was applied to (pure functions of the result rows)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+evaluation = _bench("evaluate_agent")
+profitability = _bench("profitability")
+
+
+def _case(shape: int, dtype: str, vendor_ms: float, ms: float) -> dict:
+    return {"shape": {"M": shape}, "dtype": dtype, "speedup": vendor_ms / ms, "median_ms": ms}
+
+
+def _row(method: str, start: list[dict], attempts: list[list[dict]], accepted: list[bool]) -> dict:
+    trajectory = [{"call": i + 1, "verdict": "pass", "per_shape": cases, "accepted": ok,
+                   "steps": [{"operator": "num-warps", "params": {}}]}
+                  for i, (cases, ok) in enumerate(zip(attempts, accepted, strict=True))]
+    return {"instance": "k", "method": method, "start": {"verdict": "pass", "per_shape": start},
+            "trajectory": trajectory, "options": {}}
+
+
+def test_a_stalled_vendor_timing_is_replaced_by_the_least_one_measured_for_the_case() -> None:
+    clean = _row("a", [_case(1, "bf16", 1.0, 2.0)], [[_case(1, "bf16", 1.0, 0.5)]], [True])
+    stalled = _row("b", [_case(1, "bf16", 1.0, 2.0)], [[_case(1, "bf16", 300.0, 1.0)]], [True])
+    floor = evaluation.vendor_floor([clean, stalled])
+    assert floor == {evaluation._case("k", {"M": 1}, "bf16"): pytest.approx(1.0)}
+    assert evaluation.rebased_speedup(stalled, floor) == pytest.approx(1.0)  # 1 ms vendor / 1 ms kernel
+    assert evaluation.rebased_speedup(clean, floor) == pytest.approx(2.0)
+
+
+def test_the_budget_5_answer_is_the_best_so_far_after_call_5() -> None:
+    row = {"best_so_far": [0.5, 0.6, 0.6, 0.7, 0.7, 0.8, 1.2], "budget": 10}
+    assert evaluation.speedup_within(row, 5) == pytest.approx(0.8)
+    assert evaluation.speedup_within(row, 10) == pytest.approx(1.2)
+    only = _row("a", [_case(1, "bf16", 1.0, 2.0)], [[_case(1, "bf16", 1.0, 1.0)]] * 6, [False] * 6)
+    only["trajectory"][5]["per_shape"] = [_case(1, "bf16", 1.0, 0.25)]
+    floor = evaluation.vendor_floor([only])
+    assert evaluation.rebased_speedup(only, floor, calls=5) == pytest.approx(1.0)
+    assert evaluation.rebased_speedup(only, floor) == pytest.approx(4.0)
+
+
+def test_a_skills_gain_is_measured_against_the_kernel_it_was_applied_to() -> None:
+    before = {"per_shape": [_case(1, "bf16", 1.0, 2.0), _case(2, "bf16", 1.0, 4.0)]}
+    after = {"per_shape": [_case(1, "bf16", 9.0, 1.0), _case(2, "bf16", 9.0, 4.0), _case(3, "bf16", 1, 1)]}
+    assert profitability.grid_gain(before, after) == pytest.approx(math.sqrt(2.0))  # cases both timed
+    assert profitability.grid_gain(before, {"per_shape": []}) is None
+
+
+def test_the_walk_follows_the_kernels_the_agent_kept(tmp_path: Path) -> None:
+    from klineage.kb.embedded_store import EmbeddedStore
+
+    row = _row("a", [_case(1, "bf16", 1.0, 4.0)],
+               [[_case(1, "bf16", 1.0, 2.0)], [_case(1, "bf16", 1.0, 3.0)], [_case(1, "bf16", 1.0, 1.0)]],
+               [True, False, True])
+    row["shapes"] = None
+
+    gains = [o.gain for o in profitability.observations([{**row, "instance": "rmsnorm"}], EmbeddedStore(tmp_path))]
+    assert gains == pytest.approx([2.0, 2 / 3, 2.0])  # 4->2 kept; 2->3 not kept; 2->1
