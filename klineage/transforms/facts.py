@@ -39,25 +39,33 @@ def _where(anchors: list[Any]) -> str:
     return "; ".join(seen)
 
 
-def operator_anchors(source: str) -> dict[str, dict[str, str]]:
+def operator_anchors(source: str, features: dict[str, Any] | None = None) -> dict[str, dict[str, str]]:
     """For every registered operator, its anchor state in ``source`` (``{"state", "detail"}``):
 
-    - "applicable" when its ``detect`` finds a place to add it AND its ``apply`` (default
-      parameters) actually rewrites the source: a skill is never recommended where applying it
-      would change nothing;
+    - "applicable" when its contract holds on the kernel (``contracts.unmet`` is empty), its
+      ``detect`` finds a place to add it AND its ``apply`` (default parameters) actually rewrites the
+      source: a skill is never recommended where applying it would change nothing;
     - else "present" when ``detect`` finds it already there;
-    - else "absent", with the reason (what the operator needs, or that apply changes nothing).
+    - else "absent", with the reason (the contract it breaks, what the operator needs, or that apply
+      changes nothing).
 
-    An operator whose ``detect`` or ``apply`` raises is left out: its anchor stays unknown to the
-    search rather than guessed.
+    ``features``: the source's ``kernel_features`` when the caller has them. An operator whose
+    ``detect`` or ``apply`` raises is left out: its anchor stays unknown to the search rather than
+    guessed.
     """
+    from klineage.transforms.contracts import contract_of, unmet
+    from klineage.transforms.features import kernel_features
     from klineage.transforms.registry import all_operators
 
+    features = kernel_features(source) if features is None else features
     out: dict[str, dict[str, str]] = {}
     for op in all_operators():
         try:
             found = op.detect(source)
             applicable = [a for a in found if a.kind == "applicable"]
+            broken = unmet(contract_of(op.id), features) if applicable else []
+            if broken:
+                applicable = []
             changes = bool(applicable) and op.apply(source) is not None
         except Exception:  # an operator bug must not break search: its anchor stays unknown, not guessed
             continue
@@ -66,6 +74,8 @@ def operator_anchors(source: str) -> dict[str, dict[str, str]]:
             out[op.id] = {"state": APPLICABLE, "detail": _where(applicable)}
         elif present:
             out[op.id] = {"state": PRESENT, "detail": _where(present)}
+        elif broken:
+            out[op.id] = {"state": ABSENT, "detail": "its contract rules it out: " + "; ".join(broken)}
         elif applicable:
             out[op.id] = {"state": ABSENT, "detail": f"its detect finds {_where(applicable)}, "
                                                      "but its apply changes nothing there"}
@@ -79,4 +89,4 @@ def kernel_facts(source: str) -> KernelFacts:
     from klineage.transforms.features import kernel_features, kernel_summary
 
     features = kernel_features(source)
-    return KernelFacts(features, kernel_summary(source), operator_anchors(source))
+    return KernelFacts(features, kernel_summary(source), operator_anchors(source, features))

@@ -362,17 +362,37 @@ def _int64(k: Kernel, al: Aliases) -> bool:
     return any(is_tl_attr(n, al, "int64") for n in ast.walk(k.node))
 
 
-def _causal(k: Kernel, al: Aliases) -> bool:
-    if len([1 for f, _ in _calls(k.node, al) if f == "dot"]) < 2:
+def _bounds_use(fn: ast.FunctionDef, al: Aliases, names: set[str]) -> bool:
+    """Whether a ``range`` loop of ``fn`` has a start or stop that reads one of ``names``."""
+    for loop in loops(fn):
+        rc = range_call(loop, al)
+        if rc is not None and any(isinstance(n, ast.Name) and n.id in names
+                                  for a in rc.args[:2] for n in ast.walk(a)):
+            return True
+    return False
+
+
+def _causal(k: Kernel, al: Aliases, helpers: dict[str, Kernel]) -> bool:
+    """Two dots (in the kernel or the jit helpers it calls) and a key loop whose bounds depend on the
+    program id: in the kernel itself, or in a helper called with program-id-derived bounds."""
+    called = [(c, helpers[c.func.id]) for c in ast.walk(k.node)
+              if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in helpers
+              and c.func.id != k.name]
+    dots = sum(1 for f, _ in _calls(k.node, al) if f == "dot")
+    dots += sum(1 for _, h in called for f, _ in _calls(h.node, al) if f == "dot")
+    if dots < 2:
         return False
     derived = pid_derived(k.node, al)
-    for loop in loops(k.node):
-        rc = range_call(loop, al)
-        if rc is None:
-            continue
-        for a in rc.args[:2]:
-            if any(isinstance(n, ast.Name) and n.id in derived for n in ast.walk(a)):
-                return True
+    if _bounds_use(k.node, al, derived):
+        return True
+    for call, helper in called:
+        params = [a.arg for a in (*helper.node.args.posonlyargs, *helper.node.args.args)]
+        reads = {params[i] for i, a in enumerate(call.args[:len(params)])
+                 if any(isinstance(n, ast.Name) and n.id in derived for n in ast.walk(a))}
+        reads |= {kw.arg for kw in call.keywords
+                  if kw.arg and any(isinstance(n, ast.Name) and n.id in derived for n in ast.walk(kw.value))}
+        if reads and _bounds_use(helper.node, al, reads):
+            return True
     return False
 
 
@@ -438,7 +458,7 @@ def kernel_features(source: str) -> dict[str, Any]:
         "contiguity_hints": bool(names & {"multiple_of", "max_contiguous", "max_constancy"}),
         "has_atomic": any(f.startswith("atomic_") for f in names),
         "int64_offsets": any(_int64(k, al) for k in ks),
-        "causal_skip": any(_causal(k, al) for k in ks),
+        "causal_skip": any(_causal(k, al, {h.name: h for h in ks}) for k in ks),
         "mask_elision": any(_mask_elision(k, al) for k in ks),
         "epilogue_fusion": any(epilogue_statements(k, al) for k in ks),
         "fp32_accumulate": any(_fp32(k, al) for k in ks),
