@@ -25,7 +25,7 @@ from klineage.validator.cache import default_cache_path
 out = Console()
 err = Console(stderr=True)
 
-_STYLE = {"accept": "green", "reject": "red", "measure": "dim", "measured": "", "stop": "bold"}
+_STYLE = {"accept": "green", "reject": "red", "skip": "yellow", "measure": "dim", "measured": "", "stop": "bold"}
 
 
 
@@ -130,6 +130,9 @@ def walk(
     accepted = sum(1 for s in doc["steps"] if s["accepted"])
     state = "complete" if doc.get("complete", True) else "INCOMPLETE (resume with --resume)"
     out.print(f"{target}: {accepted} accepted of {len(doc['steps'])} steps, {len(doc['skills'])} skills, {state}")
+    if not doc.get("measured", True):
+        out.print("[yellow]not measured:[/] nothing was timed (no GPU: Triton interpreter); the document says "
+                  "\"measured\": false and ingesting it adds no evidence of effect to any skill")
 
 
 def replay(

@@ -346,6 +346,8 @@ def skill_instances(data: Mapping[str, Any], lineage_id: str | None = None) -> l
     enables = enables_of(data) if data.get("kernels") else {}
     by_op: dict[str, dict[str, Any]] = {}
     for step in sorted(data["steps"], key=lambda s: s["index"]):
+        if step.get("skipped"):
+            continue  # not judged (an interpreter limitation): neither an effect nor a rejection
         slot = by_op.setdefault(step["operator"], {"steps": [], "params": None, "effects": [], "rejections": [],
                                                    "outcomes": []})
         effects = _effects(step, workload, lid, arch, roles, family)

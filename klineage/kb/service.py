@@ -183,6 +183,8 @@ class KnowledgeBase:
     @staticmethod
     def _merge_skill(new: Skill, old: Skill | None, steps: Sequence[Node], embedding: tuple[float, ...] | None
                      ) -> Skill:
+        # a step of a walk that timed nothing (``measured`` false) is no evidence of an effect
+        steps = [s for s in steps if s.props.get("measured", True) is not False]
         speedups = [x["speedup"] for step in sorted(steps, key=lambda s: s.id)
                     for x in step_speedups(step.props)]
         lineages = {str(s.props.get("lineage_id", "")) for s in steps}
