@@ -130,6 +130,8 @@ def hit_to_json(hit: Any) -> dict[str, Any]:
                   "support": s.support_steps, "supportLineages": s.support_lineages,
                   "architectures": list(s.architectures), "sample": s.sample},
         "score": hit.score,
+        "why": hit.why,
+        "missingFeatures": list(hit.missing_features),
         "applicable": hit.applicable,
         "explanation": {
             "passed": list(hit.passed), "failed": list(hit.failed), "unknown": list(hit.unknown),
@@ -139,8 +141,14 @@ def hit_to_json(hit: Any) -> dict[str, Any]:
     }
 
 
-def print_hits(hits: list[Any]) -> None:
-    """Print search hits as a table followed by each hit's explanation."""
+def print_hits(hits: list[Any], text: str | None = None) -> None:
+    """Print search hits as a table followed by each hit's explanation (its score explained, the
+    features its unknown conditions need); says so when nothing matched."""
+    if not hits:
+        about = f" {text!r}" if text else ""
+        out.print(f"No skill matches{about}: no skill's text is near it and no condition picks one out. "
+                  "Try other words, a context (-c NAME=VALUE; `klineage features` lists the names) or --kernel.")
+        return
     table = Table(title="searchSkills")
     for col in ("#", "skill", "operator", "applicable", "score", "median effect"):
         table.add_column(col)
@@ -151,6 +159,13 @@ def print_hits(hits: list[Any]) -> None:
     for i, hit in enumerate(hits, 1):
         out.print(f"[bold]{i}. {hit.skill.name}[/] ({hit.applicable}){_tag(hit.skill.sample)}")
         out.print(f"   {hit.skill.admission}")
+        why = getattr(hit, "why", None)
+        if why:
+            out.print(f"   [dim]{why}[/]")
+        missing = getattr(hit, "missing_features", ())
+        if missing:
+            out.print(f"   [yellow]undecided[/]: give {', '.join(missing)} to decide its conditions "
+                      "(`klineage features` says what each means)")
         for label, items, colour in (("passed", hit.passed, "green"), ("failed", hit.failed, "red"),
                                      ("unknown", hit.unknown, "yellow")):
             for item in items:
@@ -246,7 +261,11 @@ def search(
     server: Annotated[str | None, typer.Option("--server", help="Ask a running `klineage serve` (its URL, "
                                                "e.g. http://127.0.0.1:8000) instead of the local store.")] = None,
 ) -> None:
-    """Find skills for a text, a problem context and/or a kernel, each hit explained."""
+    """Find skills for a text, a problem context and/or a kernel, each hit explained.
+
+    A hit is APPLICABLE when all its conditions hold, NOT_APPLICABLE when one is false, UNKNOWN when the
+    context lacks a feature they need: `klineage features` lists the feature names (-c NAME=VALUE) and what
+    each means; --kernel gives the kernel features. A text no skill is near returns no hit."""
     ctx = _context_from_workload(workload) if workload else {}
     ctx.update(_context_pairs(context or []))
     source: str | None = None
@@ -264,7 +283,7 @@ def search(
     if as_json:
         sys.stdout.write(json.dumps([hit_to_json(h) for h in hits], indent=2) + "\n")
     else:
-        print_hits(hits)
+        print_hits(hits, text)
 
 
 def _search_server(server: str, text: str | None, context: dict[str, Any] | None, source: str | None,
