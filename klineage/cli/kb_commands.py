@@ -130,14 +130,14 @@ def hit_to_json(hit: Any) -> dict[str, Any]:
                   "support": s.support_steps, "supportLineages": s.support_lineages,
                   "architectures": list(s.architectures), "sample": s.sample},
         "score": hit.score,
-        "why": hit.why,
-        "missingFeatures": list(hit.missing_features),
         "applicable": hit.applicable,
         "explanation": {
             "passed": list(hit.passed), "failed": list(hit.failed), "unknown": list(hit.unknown),
             "evidence": [{"lineageId": e.lineage_id, "stepId": e.step_id, "workload": e.workload, "gpu": e.gpu,
                           "speedups": [dict(x) for x in e.speedups], "sample": e.sample} for e in hit.evidence],
         },
+        "why": hit.why,  # the score explained, and the features undecided conditions need
+        "missingFeatures": list(hit.missing_features),
     }
 
 
@@ -216,14 +216,21 @@ def _demo_query(docs: list[LineageDocument]) -> tuple[str, dict[str, Any]]:
 
 def serve(host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
           port: Annotated[int, typer.Option(help="Port; GraphiQL is at /graphql.")] = 8000) -> None:
-    """Serve the GraphQL API (GraphiQL at /graphql, health at /healthz) over the configured store."""
+    """Serve the GraphQL API (GraphiQL at /graphql, health at /healthz) over the configured store.
+
+    The embedding model is loaded at start-up, before the port opens; `klineage search --server URL`
+    then answers without loading it."""
     import uvicorn
 
     from klineage.graphql.app import create_app
     from klineage.ingest.feedback import record_with_feedback
 
+    kb = _kb()
+    with err.status("loading the embedding model and the skills (once, at start-up)"):
+        seconds = kb.warm_up()
+    err.print(f"ready in {seconds:.1f} s: the first request answers as fast as the others")
     # as `klineage mcp` does: enough verified applications with a context re-induce a skill's conditions
-    uvicorn.run(create_app(_kb(), recorder=record_with_feedback), host=host, port=port, log_level="info")
+    uvicorn.run(create_app(kb, recorder=record_with_feedback), host=host, port=port, log_level="info")
 
 
 def ingest(paths: Annotated[list[Path], typer.Argument(help="Lineage document files (JSON) or folders of them.")]

@@ -105,6 +105,17 @@ class KnowledgeBase:
                     self._embedder = Embedder()
         return self._embedder
 
+    def warm_up(self) -> float:
+        """Load what the first search would otherwise load (the embedding model, the skill catalog) now:
+        a server calls it at start-up so that its first request is as fast as the others. Returns the
+        seconds it took."""
+        import time
+
+        started = time.perf_counter()
+        self.embedder.embed_query("warm up")
+        self._catalog_for(None)
+        return time.perf_counter() - started
+
     # ------------------------------------------------------------------------------------- ingest
 
     def ingest(self, doc: LineageDocument) -> IngestReport:
