@@ -50,7 +50,6 @@ Rules, kept simple and written here once:
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import re
 from collections.abc import Mapping, Sequence
@@ -59,6 +58,7 @@ from typing import Any
 
 from klineage.ingest.induce import InducedCondition, LabelledPoint, induce_condition, induce_profitable
 from klineage.kb.features import FeatureError, canonical_name, case_features, problem_features
+from klineage.schema import pyast
 from klineage.schema.ids import content_id
 from klineage.schema.records import Risk
 from klineage.transforms.registry import get_operator
@@ -271,7 +271,7 @@ def _parse_case(text: str) -> tuple[dict[str, Any], str] | None:
     if found is None:
         return None
     try:
-        shape = ast.literal_eval(found.group(2))
+        shape = pyast.literal_eval(found.group(2))
     except (ValueError, SyntaxError):
         return None
     if not isinstance(shape, dict) or not all(isinstance(k, str) for k in shape):
