@@ -32,8 +32,12 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 def _kb() -> Any:
     from klineage.kb.service import KnowledgeBase
     from klineage.kb.settings import open_store
+    from klineage.kb.store import StoreError
 
-    return KnowledgeBase(open_store())
+    try:
+        return KnowledgeBase(open_store())
+    except StoreError as exc:  # an unknown KLINEAGE_STORE, an unreachable Neo4j: the user's setting
+        raise _fail(str(exc)) from exc
 
 
 def find_lineage_documents() -> tuple[list[Path], bool]:

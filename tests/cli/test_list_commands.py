@@ -81,3 +81,12 @@ def test_replay_says_which_case_fell_short_and_rejects_a_bad_workload() -> None:
     assert ReplayReport("softmax", (), (ReplayCase({"rows": 1}, "bf16", 1.0, 1.0),)).why_not_passed is None
     result = CliRunner().invoke(app, ["replay", str(ROOT / "lineages" / "softmax.lineage.json"), "-w", "nowhere"])
     assert result.exit_code == 2 and "not a workload folder" in result.output
+
+
+@pytest.mark.parametrize("args", [["search", "x"], ["ingest", str(FIXTURES)], ["export"], ["skills"], ["lineages"],
+                                  ["workloads"], ["demo"]])
+def test_a_bad_store_setting_is_one_line_and_exit_2(args: list[str]) -> None:
+    result = CliRunner().invoke(app, args, env={"KLINEAGE_STORE": "bogus", "COLUMNS": "200"})
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "KLINEAGE_STORE='bogus': expected one of embedded, neo4j" in result.output
+    assert "Traceback" not in result.output
