@@ -33,7 +33,7 @@ _CONDITION_FIELDS = "expr kind source description accuracy support oosAccuracy m
 SEARCH_QUERY = f"""query($text: String, $context: JSON, $kernelSource: String, $limit: Int!) {{
   searchSkills(text: $text, context: $context, kernelSource: $kernelSource, limit: $limit) {{
     score applicable skill {{ {_SKILL_FIELDS} }}
-    explanation {{ passed failed unknown usage evidence {{ {_EVIDENCE_FIELDS} }} }} }} }}"""
+    explanation {{ passed failed unknown usage why missingFeatures evidence {{ {_EVIDENCE_FIELDS} }} }} }} }}"""
 SKILL_QUERY = f"""query($id: ID!) {{ skill(id: $id) {{ {_SKILL_FIELDS}
   validWhen {{ {_CONDITION_FIELDS} }} profitableWhen {{ {_CONDITION_FIELDS} }}
   risks {{ kind description evidence }} evidence {{ {_EVIDENCE_FIELDS} }} }} }}"""
@@ -95,6 +95,8 @@ class SkillHit:
     unknown: tuple[str, ...]
     evidence: tuple[Evidence, ...]
     usage: str
+    why: str = ""
+    missing_features: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,8 @@ def _hit(data: Mapping[str, Any]) -> SkillHit:
     ex = data["explanation"]
     return SkillHit(skill=_skill(data["skill"]), score=float(data["score"]), applicable=data["applicable"],
                     passed=tuple(ex["passed"]), failed=tuple(ex["failed"]), unknown=tuple(ex["unknown"]),
-                    evidence=tuple(_evidence(e) for e in ex["evidence"]), usage=ex["usage"])
+                    evidence=tuple(_evidence(e) for e in ex["evidence"]), usage=ex["usage"],
+                    why=ex.get("why", ""), missing_features=tuple(ex.get("missingFeatures") or ()))
 
 
 def _lineage(data: Mapping[str, Any]) -> Lineage:

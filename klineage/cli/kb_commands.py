@@ -32,8 +32,12 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 def _kb() -> Any:
     from klineage.kb.service import KnowledgeBase
     from klineage.kb.settings import open_store
+    from klineage.kb.store import StoreError
 
-    return KnowledgeBase(open_store())
+    try:
+        return KnowledgeBase(open_store())
+    except StoreError as exc:  # an unknown KLINEAGE_STORE, an unreachable Neo4j: the user's setting
+        raise _fail(str(exc)) from exc
 
 
 def find_lineage_documents() -> tuple[list[Path], bool]:
@@ -136,11 +140,19 @@ def hit_to_json(hit: Any) -> dict[str, Any]:
             "evidence": [{"lineageId": e.lineage_id, "stepId": e.step_id, "workload": e.workload, "gpu": e.gpu,
                           "speedups": [dict(x) for x in e.speedups], "sample": e.sample} for e in hit.evidence],
         },
+        "why": hit.why,  # the score explained, and the features undecided conditions need
+        "missingFeatures": list(hit.missing_features),
     }
 
 
-def print_hits(hits: list[Any]) -> None:
-    """Print search hits as a table followed by each hit's explanation."""
+def print_hits(hits: list[Any], text: str | None = None) -> None:
+    """Print search hits as a table followed by each hit's explanation (its score explained, the
+    features its unknown conditions need); says so when nothing matched."""
+    if not hits:
+        about = f" {text!r}" if text else ""
+        out.print(f"No skill matches{about}: no skill's text is near it and no condition picks one out. "
+                  "Try other words, a context (-c NAME=VALUE; `klineage features` lists the names) or --kernel.")
+        return
     table = Table(title="searchSkills")
     for col in ("#", "skill", "operator", "applicable", "score", "median effect"):
         table.add_column(col)
@@ -151,6 +163,13 @@ def print_hits(hits: list[Any]) -> None:
     for i, hit in enumerate(hits, 1):
         out.print(f"[bold]{i}. {hit.skill.name}[/] ({hit.applicable}){_tag(hit.skill.sample)}")
         out.print(f"   {hit.skill.admission}")
+        why = getattr(hit, "why", None)
+        if why:
+            out.print(f"   [dim]{why}[/]")
+        missing = getattr(hit, "missing_features", ())
+        if missing:
+            out.print(f"   [yellow]undecided[/]: give {', '.join(missing)} to decide its conditions "
+                      "(`klineage features` says what each means)")
         for label, items, colour in (("passed", hit.passed, "green"), ("failed", hit.failed, "red"),
                                      ("unknown", hit.unknown, "yellow")):
             for item in items:
@@ -201,14 +220,21 @@ def _demo_query(docs: list[LineageDocument]) -> tuple[str, dict[str, Any]]:
 
 def serve(host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
           port: Annotated[int, typer.Option(help="Port; GraphiQL is at /graphql.")] = 8000) -> None:
-    """Serve the GraphQL API (GraphiQL at /graphql, health at /healthz) over the configured store."""
+    """Serve the GraphQL API (GraphiQL at /graphql, health at /healthz) over the configured store.
+
+    The embedding model is loaded at start-up, before the port opens; `klineage search --server URL`
+    then answers without loading it."""
     import uvicorn
 
     from klineage.graphql.app import create_app
     from klineage.ingest.feedback import record_with_feedback
 
+    kb = _kb()
+    with err.status("loading the embedding model and the skills (once, at start-up)"):
+        seconds = kb.warm_up()
+    err.print(f"ready in {seconds:.1f} s: the first request answers as fast as the others")
     # as `klineage mcp` does: enough verified applications with a context re-induce a skill's conditions
-    uvicorn.run(create_app(_kb(), recorder=record_with_feedback), host=host, port=port, log_level="info")
+    uvicorn.run(create_app(kb, recorder=record_with_feedback), host=host, port=port, log_level="info")
 
 
 def ingest(paths: Annotated[list[Path], typer.Argument(help="Lineage document files (JSON) or folders of them.")]
@@ -246,7 +272,11 @@ def search(
     server: Annotated[str | None, typer.Option("--server", help="Ask a running `klineage serve` (its URL, "
                                                "e.g. http://127.0.0.1:8000) instead of the local store.")] = None,
 ) -> None:
-    """Find skills for a text, a problem context and/or a kernel, each hit explained."""
+    """Find skills for a text, a problem context and/or a kernel, each hit explained.
+
+    A hit is APPLICABLE when all its conditions hold, NOT_APPLICABLE when one is false, UNKNOWN when the
+    context lacks a feature they need: `klineage features` lists the feature names (-c NAME=VALUE) and what
+    each means; --kernel gives the kernel features. A text no skill is near returns no hit."""
     ctx = _context_from_workload(workload) if workload else {}
     ctx.update(_context_pairs(context or []))
     source: str | None = None
@@ -264,7 +294,7 @@ def search(
     if as_json:
         sys.stdout.write(json.dumps([hit_to_json(h) for h in hits], indent=2) + "\n")
     else:
-        print_hits(hits)
+        print_hits(hits, text)
 
 
 def _search_server(server: str, text: str | None, context: dict[str, Any] | None, source: str | None,

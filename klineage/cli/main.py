@@ -18,6 +18,7 @@ def _register_all() -> None:
     from klineage.cli import (
         agent_commands,
         kb_commands,
+        list_commands,
         mcp_commands,
         neo4j_commands,
         plot_commands,
@@ -25,8 +26,8 @@ def _register_all() -> None:
         walk_commands,
     )
 
-    for module in (kb_commands, validate_commands, walk_commands, neo4j_commands, plot_commands, agent_commands,
-                   mcp_commands):
+    for module in (kb_commands, list_commands, validate_commands, walk_commands, neo4j_commands, plot_commands,
+                   agent_commands, mcp_commands):
         module.register(app)
 
 

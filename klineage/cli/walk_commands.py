@@ -25,7 +25,7 @@ from klineage.validator.cache import default_cache_path
 out = Console()
 err = Console(stderr=True)
 
-_STYLE = {"accept": "green", "reject": "red", "measure": "dim", "measured": "", "stop": "bold"}
+_STYLE = {"accept": "green", "reject": "red", "skip": "yellow", "measure": "dim", "measured": "", "stop": "bold"}
 
 
 
@@ -130,6 +130,9 @@ def walk(
     accepted = sum(1 for s in doc["steps"] if s["accepted"])
     state = "complete" if doc.get("complete", True) else "INCOMPLETE (resume with --resume)"
     out.print(f"{target}: {accepted} accepted of {len(doc['steps'])} steps, {len(doc['skills'])} skills, {state}")
+    if not doc.get("measured", True):
+        out.print("[yellow]not measured:[/] nothing was timed (no GPU: Triton interpreter); the document says "
+                  "\"measured\": false and ingesting it adds no evidence of effect to any skill")
 
 
 def replay(
@@ -146,13 +149,16 @@ def replay(
     By default each skill is applied with what its step recorded: the result is normally the expert
     itself (reported as identical: equal times by construction). ``--generic`` is the real test of the
     skills: the rebuilt kernel differs and is gated and timed against the expert on this machine.
-    Exit status 0 when every case reaches 0.9x of the expert's throughput."""
+    Exit status 0 when every case reaches 0.9x of the expert's throughput, 1 otherwise (the last line says
+    why: on a CPU nothing is timed, so replay exits 1 there), 2 for bad usage."""
     from klineage.ingest.replay import replay_check
     from klineage.ingest.walker import Walker
     from klineage.schema.errors import FormatError
     from klineage.schema.lineage_document import load_lineage_document
     from klineage.validator import LocalValidator
 
+    if not (workload_dir / "manifest.toml").is_file():
+        raise _bad(f"--workload {str(workload_dir)!r} is not a workload folder (no manifest.toml)")
     try:
         doc = load_lineage_document(lineage).data
         path = cache or default_cache_path()
@@ -162,8 +168,12 @@ def replay(
         raise _bad(str(exc)) from exc
     report, rebuilt, _ = replay_check(doc, walker, recorded=not generic)
     verdict = "fail" if rebuilt.failed else "pass"
+    reason = (f"the rebuilt kernel fails the {rebuilt.failed[0]} gate: {rebuilt.failed[1]}" if rebuilt.failed
+              else report.why_not_passed)
     if json_out:
         print(json.dumps({**report.to_json(), "verdict": verdict}, indent=1))
+        if reason:
+            err.print(f"exit 1: {reason}")
     else:
         for s in report.steps:
             out.print(f"  {'+' if s.applied else '·'} {s.operator} {s.note}")
@@ -174,6 +184,8 @@ def replay(
                 out.print(f"  {json.dumps(dict(c.shape))} {c.dtype}: {c.ratio:.3f}x of the expert")
         failed = rebuilt.failed
         out.print(f"replayed kernel ({report.mode}): {verdict}" + (f" ({failed[0]}: {failed[1]})" if failed else ""))
+        if reason:
+            out.print(f"[yellow]exit 1:[/] {reason}")
     sys.exit(0 if report.passed and verdict == "pass" else 1)
 
 

@@ -75,7 +75,8 @@ def hit_to_graphql(hit: Any) -> SkillHit:
     return SkillHit(
         skill=Skill.of(hit.skill), score=float(hit.score), applicable=Applicability(hit.applicable),
         explanation=Explanation(passed=list(hit.passed), failed=list(hit.failed), unknown=list(hit.unknown),
-                                evidence=[Evidence.of(e) for e in hit.evidence], usage=hit.skill.usage()),
+                                evidence=[Evidence.of(e) for e in hit.evidence], usage=hit.skill.usage(),
+                                why=hit.why, missing_features=list(hit.missing_features)),
     )
 
 

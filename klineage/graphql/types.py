@@ -155,6 +155,11 @@ class Explanation:
     evidence: list[Evidence]
     usage: str = strawberry.field(default="", description="How agents fared with the skill: "
                                   "'applied N times by agents, paid M times'.")
+    why: str = strawberry.field(default="", description="The score explained: relevance x expected gain x "
+                                "confidence, where each came from, and the hit's tier.")
+    missing_features: list[str] = strawberry.field(default_factory=list, description="Features the "
+                                                   "undecided conditions need and the context did not give "
+                                                   "(`klineage features` lists them all).")
 
 
 @strawberry.type(description="One search result.")

@@ -50,7 +50,6 @@ Rules, kept simple and written here once:
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import re
 from collections.abc import Mapping, Sequence
@@ -59,6 +58,7 @@ from typing import Any
 
 from klineage.ingest.induce import InducedCondition, LabelledPoint, induce_condition, induce_profitable
 from klineage.kb.features import FeatureError, canonical_name, case_features, problem_features
+from klineage.schema import pyast
 from klineage.schema.ids import content_id
 from klineage.schema.records import Risk
 from klineage.transforms.registry import get_operator
@@ -271,7 +271,7 @@ def _parse_case(text: str) -> tuple[dict[str, Any], str] | None:
     if found is None:
         return None
     try:
-        shape = ast.literal_eval(found.group(2))
+        shape = pyast.literal_eval(found.group(2))
     except (ValueError, SyntaxError):
         return None
     if not isinstance(shape, dict) or not all(isinstance(k, str) for k in shape):
@@ -346,6 +346,8 @@ def skill_instances(data: Mapping[str, Any], lineage_id: str | None = None) -> l
     enables = enables_of(data) if data.get("kernels") else {}
     by_op: dict[str, dict[str, Any]] = {}
     for step in sorted(data["steps"], key=lambda s: s["index"]):
+        if step.get("skipped"):
+            continue  # not judged (an interpreter limitation): neither an effect nor a rejection
         slot = by_op.setdefault(step["operator"], {"steps": [], "params": None, "effects": [], "rejections": [],
                                                    "outcomes": []})
         effects = _effects(step, workload, lid, arch, roles, family)

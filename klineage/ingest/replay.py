@@ -73,10 +73,25 @@ class ReplayReport:
         """True when timed and every case reaches ``threshold`` × the expert's throughput."""
         return bool(self.cases) and all(c.ratio >= self.threshold for c in self.cases)
 
+    @property
+    def why_not_passed(self) -> str | None:
+        """One sentence saying why the replay did not pass (None when it did)."""
+        if self.passed:
+            return None
+        if not self.cases:
+            return ("nothing was timed (no GPU: the gates ran under the Triton interpreter, which times nothing), "
+                    f"so the rebuilt kernel cannot be shown to reach {self.threshold:g}x of the expert's throughput; "
+                    "run replay on a GPU")
+        worst = self.worst
+        assert worst is not None
+        return (f"{worst.dtype} {dict(worst.shape)} reached {worst.ratio:.3f}x of the expert's throughput, "
+                f"below {self.threshold:g}x")
+
     def to_json(self) -> dict[str, Any]:
         """The report as plain data (CLI ``--json``, the bench script's replay files)."""
         worst = self.worst
         return {"workload": self.workload, "mode": self.mode, "identical": self.identical, "passed": self.passed,
+                "why_not_passed": self.why_not_passed,
                 "threshold": self.threshold, "worst_ratio": worst.ratio if worst else None,
                 "steps": [{"operator": s.operator, "applied": s.applied, "note": s.note} for s in self.steps],
                 "cases": [{"shape": dict(c.shape), "dtype": c.dtype, "expert_ms": c.expert_ms,

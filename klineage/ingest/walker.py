@@ -18,12 +18,17 @@ Policy (``least-cost, lazily re-checked``):
 4. A candidate that fails a gate is a rejected attempt, recorded with the gate and its reason; its
    operator is not proposed again in this walk (its failure is evidence: it becomes a VALID_WHEN or a
    risk). A candidate whose source is a kernel already in the walk is rejected by policy (a cycle).
+   Under the interpreter, a failure that is the interpreter's own limitation (``InterpreterError``:
+   e.g. bf16 constants it cannot build) says nothing about the kernel: the step is recorded as
+   ``skipped`` (neither accepted nor rejected) and the operator is not proposed again.
 5. Repeat until no operator can remove anything, ``max_steps`` is reached or the time budget runs
    out (the document then says ``"complete": false``; run again with the same cache to resume: every
    gate result is cached by kernel hash, so the walk replays to where it stopped without new jobs).
 
 The walker only talks to a ``ValidatorClient`` (in process or HTTP) and the operators of
-``klineage.transforms``; it writes nothing itself (the CLI writes the document it returns).
+``klineage.transforms``; it writes nothing itself (the CLI writes the document it returns). A walk
+that timed nothing (CPU) writes ``"measured": false``: ingest never counts its steps as evidence of an
+effect.
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ from klineage.transforms.registry import all_operators
 CHECK_GATES: tuple[str, ...] = ("static", "compile", "correctness", "integrity")
 PERF_GATES: tuple[str, ...] = ("static", "performance")
 POLICY = "least-cost, lazily re-checked"
+#: Failure reasons that are the Triton interpreter's limitation, not the kernel's (only under the interpreter).
+_INTERPRETER_LIMITATION = re.compile(r"InterpreterError|InterpreterBuilder|not supported (?:by|in) the interpreter")
 
 
 class WalkError(RuntimeError):
@@ -96,7 +103,7 @@ class Measurement:
 class WalkEvent:
     """Progress of a walk, for progress bars and logs."""
 
-    kind: str  # "measure" | "measured" | "accept" | "reject" | "error" | "stop"
+    kind: str  # "measure" | "measured" | "accept" | "reject" | "skip" | "error" | "stop"
     message: str
     step: int = 0
 
@@ -133,6 +140,12 @@ def _split(result: GateResult) -> tuple[GateResult, GateResult | None]:
     perf_gates = tuple(g for g in result.gates if g.gate in PERF_GATES)
     ran = any(g.gate == "performance" and g.status != "skipped" for g in perf_gates)
     return check, (replace(result, gates=perf_gates) if ran or check.verdict == "pass" else None)
+
+
+def interpreter_limitation(result: GateResult, reason: str) -> bool:
+    """True when a failure ``reason`` of a job run under the Triton interpreter (no GPU) is the
+    interpreter's own limitation (for example bf16, which its builder cannot make), not the kernel's."""
+    return "interpreter" in result.gpu.lower() and bool(_INTERPRETER_LIMITATION.search(reason))
 
 
 def cost(current: Measurement, candidate: Measurement) -> float | None:
@@ -296,12 +309,15 @@ class Walker:
                     failure = m.failed
                     if failure is not None:
                         gate, reason = failure
+                        skipped = interpreter_limitation(m.check, reason)
                         kernels[cand.sha] = cand.rewrite.source
-                        steps.append(self._step(len(steps), cand, current, False, gate, reason, first_runs))
+                        steps.append(self._step(len(steps), cand, current, False, gate, reason, first_runs,
+                                                skipped=skipped))
                         first_runs = []
                         rejected_ops.add(cand.operator.id)
                         del candidates[cand.operator.id]
-                        self.on_event(WalkEvent("reject", f"{cand.operator.id}: {gate}: {reason[:160]}", len(steps)))
+                        kind, what = ("skip", "not judged (interpreter limitation)") if skipped else ("reject", gate)
+                        self.on_event(WalkEvent(kind, f"{cand.operator.id}: {what}: {reason[:160]}", len(steps)))
                         continue
                     cand.cost = cost(current, m)
                     shown = f"{cand.cost:.3f}x" if cand.cost is not None else "not timed"
@@ -352,7 +368,7 @@ class Walker:
                    key=lambda c: (c.cost if c.cost is not None else math.inf, order[c.operator.id]))
 
     def _step(self, index: int, cand: _Candidate, current: Measurement, accepted: bool, gate: str | None,
-              reason: str, extra_runs: list[dict[str, Any]]) -> dict[str, Any]:
+              reason: str, extra_runs: list[dict[str, Any]], skipped: bool = False) -> dict[str, Any]:
         m = cand.measurement
         assert m is not None
         step: dict[str, Any] = {
@@ -361,6 +377,8 @@ class Walker:
             "gate": gate, "reason": reason, "timings": step_timings(current, m),
             "gate_runs": [*extra_runs, *m.gate_runs()],
         }
+        if skipped:
+            step["skipped"] = True
         return step
 
     def _document(self, start: Measurement, kernels: Mapping[str, str], steps: list[dict[str, Any]],
@@ -381,7 +399,8 @@ class Walker:
         with contextlib.suppress(FeatureError):
             workload["roles"] = manifest_roles(m)
         return {
-            "format": FORMAT, "version": FORMAT_VERSION, "sample": False, "complete": complete,
+            "format": FORMAT, "version": FORMAT_VERSION, "sample": False, "measured": bool(start.times_ms),
+            "complete": complete,
             "workload": workload,
             "gpu": {"name": name, "arch": arch.group(1) if arch else "sm_0", "sm_count": None,
                     "smem_per_sm": None},

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from klineage.schema import pyast
+
 MAX_EXPRESSION_CHARS = 2000
 MAX_POWER_EXPONENT = 256
 MAX_INT_BITS = 4096
@@ -281,7 +283,7 @@ def parse_condition(expr: str) -> CompiledCondition:
     if len(expr) > MAX_EXPRESSION_CHARS:
         raise ConditionError(expr[:60] + "...", f"longer than {MAX_EXPRESSION_CHARS} characters")
     try:
-        tree = ast.parse(expr.strip(), mode="eval")
+        tree = pyast.parse(expr.strip(), mode="eval")
     except SyntaxError as exc:
         col = f" at column {exc.offset}" if exc.offset else ""
         raise ConditionError(expr, f"not a valid expression ({exc.msg}{col}); {ALLOWED}") from exc
@@ -329,7 +331,7 @@ class _Evaluator:
         self.error: str | None = None
 
     def text(self, node: ast.AST) -> str:
-        return ast.get_source_segment(self.expr, node) or ast.unparse(node)
+        return ast.get_source_segment(self.expr, node) or pyast.unparse(node)
 
     def fault(self, node: ast.AST, message: str) -> object:
         if self.error is None:

@@ -34,6 +34,16 @@ class EmbedderError(RuntimeError):
     """The embedding model could not be loaded or used; says why and what to install."""
 
 
+def _quiet_progress_bars() -> None:
+    """No "Loading weights" progress bar on every load (a CLI call loads the model each time)."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.disable_progress_bar()
+
+
 @cache
 def _load_model(device: str) -> Any:
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -50,6 +60,7 @@ def _load_model(device: str) -> Any:
     if not os.path.isdir(str(path)):
         raise EmbedderError(f"{MODEL_PACKAGE} is installed but its model folder {path} is missing; "
                             "reinstall it")
+    _quiet_progress_bars()
     model = SentenceTransformer(str(path), device=device)
     measure = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
     dim = measure()
@@ -74,6 +85,11 @@ class Embedder:
 
     def __repr__(self) -> str:
         return f"Embedder({MODEL_PACKAGE!r}, device={self.device!r})"
+
+    @property
+    def loaded(self) -> bool:
+        """True once the model has been loaded in this process (by any Embedder on this device)."""
+        return _load_model.cache_info().currsize > 0
 
     def _model(self) -> Any:
         with _load_lock:

@@ -9,7 +9,9 @@ The pipeline is a few small, composable pieces:
    false = not a candidate).
 2. **Fusion**: ``reciprocal_rank_fusion`` (k = 60); relevance is the fused score divided by the
    best possible one, so it lies in (0, 1]. A context-only search (no text, no kernel) takes every
-   skill with relevance 1.
+   skill with relevance 1. **Relevance floor**: a skill comes from the vector retriever of a text only
+   when its cosine similarity to the text is at least ``MIN_SIMILARITY``; a text that no skill's
+   embedding is near and no skill's words match returns no hit (rather than every skill, ranked).
 3. **Conditions**: every candidate's anchor, VALID_WHEN and PROFITABLE_WHEN conditions are
    evaluated (three-valued) against the context's problem features plus the kernel's features.
    With a kernel, the caller may also pass ``operator_anchors``: for each operator id it knows,
@@ -28,7 +30,10 @@ The pipeline is a few small, composable pieces:
    PROFITABLE_WHEN condition is false the expected gain is capped at 1.0 (the induced rule says it
    did not pay there). Confidence is (support + 1) / (support + 2) over evidence steps (Laplace's
    rule of succession; verified applications by agents count too, a success when they paid).
-   NOT_APPLICABLE hits always come after the others and score 0.
+   Tiers come before scores: a hit with a false PROFITABLE_WHEN (the induced rule says it did not pay
+   there) always comes after every hit without one, and NOT_APPLICABLE hits always come last and
+   score 0. ``SkillHit.why`` says all of this in one line, and ``SkillHit.missing_features`` names
+   the features the context lacked to decide the unknown conditions.
 
 Every hit carries its explanation: each condition with its verdict and deciding clause (an induced
 rule with its out-of-sample accuracy beside the majority rate; a skill with no PROFITABLE_WHEN rule
@@ -44,6 +49,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -66,7 +72,20 @@ UNKNOWN = "UNKNOWN"
 RRF_K = 60
 DTYPE_MISMATCH_DISTANCE = 0.5
 MIN_CANDIDATES = 50
+#: Cosine similarity a skill's embedding needs to a search text to be retrieved by it (all-MiniLM-L6-v2 on
+#: the committed skills: "faster softmax" -> online-softmax 0.55, exp2 0.39, the rest <= 0.2; "bake a
+#: chocolate cake" <= 0.09; "hello" <= 0.09).
+MIN_SIMILARITY = 0.25
 FULLTEXT_INDEX = FULLTEXT_INDEXES[0].name
+#: Words that say nothing about which skill is meant (English function words and what every request
+#: about a kernel says): left out of the full-text query, so that "make a kernel faster" matches no
+#: skill by its "a" or its "kernel".
+_STOPWORD_TEXT = (
+    "a an and are as at be by can do does for from how i in into is it its me my of on or our so that the "
+    "their this to up use using we what when which with without you your make makes making faster fast "
+    "speed speedup improve optimize optimise optimization kernel kernels gpu triton code program better")
+STOPWORDS = frozenset(_STOPWORD_TEXT.split(" "))
+_WORD = re.compile(r"[0-9a-z]+")
 
 _FALSE, _UNKNOWN, _TRUE = 0, 1, 2  # Kleene truth values as ordered codes: AND is min, OR is max
 _SHAPE_FEATURES = ("M", "N", "K", "B", "H", "S", "D", "rows", "cols", "vocab")
@@ -189,6 +208,31 @@ class SkillHit:
     checks: tuple[ConditionCheck, ...]
     evidence: tuple[Evidence, ...]
     risks: tuple[Risk, ...]
+    similarity: float | None = None
+
+    @property
+    def why(self) -> str:
+        """The score explained in one line: its factors, where each came from, and the hit's tier."""
+        if self.applicable == NOT_APPLICABLE:
+            return "score 0: not applicable (a VALID_WHEN condition or the anchor is false); ranked last"
+        near = f", text similarity {self.similarity:.2f}" if self.similarity is not None else ""
+        support = self.skill.support_steps
+        text = (f"score {self.score:.3f} = relevance {self.relevance:.2f}{near} × expected gain "
+                f"{self.expected_gain:.2f}× ({self.gain_basis}) × confidence {self.confidence:.2f} "
+                f"({support} measured step(s))")
+        if self.unprofitable:
+            text += "; ranked after every hit whose PROFITABLE_WHEN is not false"
+        return text
+
+    @property
+    def unprofitable(self) -> bool:
+        """True when a PROFITABLE_WHEN condition is false for the context."""
+        return any(c.kind == "profitable" and c.value is False for c in self.checks)
+
+    @property
+    def missing_features(self) -> tuple[str, ...]:
+        """Features the conditions that stayed unknown need and the context (or kernel) did not give."""
+        return tuple(sorted({f for c in self.checks if c.value is None for f in c.unknown}))
 
     @property
     def passed(self) -> tuple[str, ...]:
@@ -418,9 +462,18 @@ def vector_ranking(store: GraphStore, vector: Sequence[float], k: int) -> list[s
     return [hit.node.id for hit in store.vector_top_k("Skill", "embedding", vector, k)]
 
 
+def content_words(text: str) -> list[str]:
+    """The words of ``text`` that can tell skills apart (lower case, ``STOPWORDS`` left out), in order."""
+    return [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
+
+
 def fulltext_ranking(store: GraphStore, text: str, k: int) -> list[str]:
-    """Skill ids by full-text (BM25 / Lucene) match of ``text`` on name, intent and anchor text."""
-    return [hit.node.id for hit in store.fulltext_top_k(FULLTEXT_INDEX, text, k)]
+    """Skill ids by full-text (BM25 / Lucene) match of the content words of ``text`` on name, intent and
+    anchor text; none when ``text`` has no content word."""
+    words = content_words(text)
+    if not words:
+        return []
+    return [hit.node.id for hit in store.fulltext_top_k(FULLTEXT_INDEX, " ".join(words), k)]
 
 
 def anchor_ranking(catalog: SkillCatalog, anchor_codes: np.ndarray, k: int) -> list[str]:
@@ -552,8 +605,13 @@ def search_skills(request: SearchRequest, store: GraphStore, catalog_for: Callab
     depth = max(MIN_CANDIDATES, request.limit * 5)
     rankings: list[list[str]] = []
     query_text = request.text or request.kernel_summary
+    similarity: dict[str, float] = {}
     if query_text and embed_query is not None:
-        rankings.append(vector_ranking(store, embed_query(query_text), depth))
+        scored = store.vector_top_k("Skill", "embedding", embed_query(query_text), depth)
+        if request.text:  # the floor: a text retrieves only the skills whose embedding is near it
+            similarity = {hit.node.id: float(hit.score) for hit in scored}
+            scored = [hit for hit in scored if hit.score >= MIN_SIMILARITY]
+        rankings.append([hit.node.id for hit in scored])
     if request.text:
         rankings.append(fulltext_ranking(store, request.text, depth))
     need_all = request.context_only or request.kernel is not None
@@ -589,7 +647,7 @@ def search_skills(request: SearchRequest, store: GraphStore, catalog_for: Callab
     base = relevance * catalog.confidence
     upper_gain = catalog.max_gain if shaped else catalog.median_gain
     upper_gain = np.where(cap, np.minimum(upper_gain, 1.0), upper_gain)
-    tier = not_applicable.astype(np.int64)
+    tier = np.where(not_applicable, 2, np.where(cap, 1, 0)).astype(np.int64)
     upper = base * upper_gain
     order = candidates[np.lexsort((candidates, -upper[candidates], tier[candidates]))]
 
@@ -609,12 +667,13 @@ def search_skills(request: SearchRequest, store: GraphStore, catalog_for: Callab
     hits = []
     for t, neg_score, i in best_keys:
         gain, basis = exact[i]
-        state = NOT_APPLICABLE if t else (APPLICABLE if applicable[i] else UNKNOWN)
+        state = NOT_APPLICABLE if t == 2 else (APPLICABLE if applicable[i] else UNKNOWN)
         checks = _checks(catalog, i, verdicts, env, request.operator_anchors)
         hits.append(SkillHit(
-            skill=catalog.skills[i], score=0.0 if t else -neg_score, applicable=state,
+            skill=catalog.skills[i], score=0.0 if t == 2 else -neg_score, applicable=state,
             relevance=float(relevance[i]), expected_gain=gain, confidence=float(catalog.confidence[i]),
-            gain_basis=basis, checks=checks, evidence=catalog.evidence[i], risks=catalog.risks[i]))
+            gain_basis=basis, checks=checks, evidence=catalog.evidence[i], risks=catalog.risks[i],
+            similarity=similarity.get(catalog.ids[i])))
     return hits
 
 

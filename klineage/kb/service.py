@@ -105,6 +105,17 @@ class KnowledgeBase:
                     self._embedder = Embedder()
         return self._embedder
 
+    def warm_up(self) -> float:
+        """Load what the first search would otherwise load (the embedding model, the skill catalog) now:
+        a server calls it at start-up so that its first request is as fast as the others. Returns the
+        seconds it took."""
+        import time
+
+        started = time.perf_counter()
+        self.embedder.embed_query("warm up")
+        self._catalog_for(None)
+        return time.perf_counter() - started
+
     # ------------------------------------------------------------------------------------- ingest
 
     def ingest(self, doc: LineageDocument) -> IngestReport:
@@ -183,6 +194,8 @@ class KnowledgeBase:
     @staticmethod
     def _merge_skill(new: Skill, old: Skill | None, steps: Sequence[Node], embedding: tuple[float, ...] | None
                      ) -> Skill:
+        # a step of a walk that timed nothing (``measured`` false) is no evidence of an effect
+        steps = [s for s in steps if s.props.get("measured", True) is not False]
         speedups = [x["speedup"] for step in sorted(steps, key=lambda s: s.id)
                     for x in step_speedups(step.props)]
         lineages = {str(s.props.get("lineage_id", "")) for s in steps}

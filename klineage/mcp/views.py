@@ -50,6 +50,7 @@ def hit_view(hit: Any) -> dict[str, Any]:
         "skill": skill_view(hit.skill), "score": float(hit.score), "applicable": hit.applicable,
         "expectedGain": float(hit.expected_gain), "gainBasis": clip(hit.gain_basis),
         "confidence": float(hit.confidence), "usage": usage_line(hit.skill), "admission": hit.skill.admission,
+        "why": clip(hit.why), "missingFeatures": list(hit.missing_features),
         "explanation": {"passed": [clip(x) for x in hit.passed], "failed": [clip(x) for x in hit.failed],
                         "unknown": [clip(x) for x in hit.unknown], **evidence_list(hit.evidence)},
         "risks": [risk_view(r) for r in hit.risks[:MAX_EVIDENCE]],

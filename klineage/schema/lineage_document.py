@@ -65,10 +65,24 @@ class LineageDocument:
         """True for test fixtures (sample data, not measured)."""
         return bool(self.data["sample"])
 
+    @property
+    def measured(self) -> bool:
+        """False when nothing was timed (a CPU walk): its steps are never evidence of an effect. A document
+        without the ``measured`` key is measured when any of its steps has timings."""
+        return document_measured(self.data)
+
     def step_id(self, index: int) -> str:
         """Deterministic id of step ``index`` of this lineage."""
         step = next(s for s in self.data["steps"] if s["index"] == index)
         return content_id("Step", self.id, index, step["operator"], step["from"], step["to"])
+
+
+def document_measured(data: Mapping[str, Any]) -> bool:
+    """``data["measured"]`` when present, else whether any step of the document has timings."""
+    flag = data.get("measured")
+    if flag is not None:
+        return bool(flag)
+    return any(step.get("timings") for step in data.get("steps", ()))
 
 
 def _json_path(path: Any) -> str:
@@ -148,9 +162,11 @@ def step_speedups(step: Mapping[str, Any]) -> list[dict[str, Any]]:
 def skill_records(doc: LineageDocument) -> list[tuple[Skill, list[Condition], list[Risk], list[int]]]:
     """The skills of one document with their conditions, risks and evidence step indexes.
 
-    Effect and support count this document's evidence only; a store that already holds the
-    skill from other lineages merges them (``kb.service``).
+    Effect and support count this document's evidence only (none when the document is not measured:
+    gated steps without timings are no evidence of an effect); a store that already holds the skill
+    from other lineages merges them (``kb.service``).
     """
+    measured = doc.measured
     steps = {s["index"]: s for s in doc.data["steps"]}
     arch = doc.data["gpu"]["arch"]
     out = []
@@ -160,7 +176,8 @@ def skill_records(doc: LineageDocument) -> list[tuple[Skill, list[Condition], li
             operator=sk["operator"], name=sk["name"], intent=sk["intent"],
             anchor=Anchor(sk["anchor"]["predicate"], sk["anchor"]["description"]), carrier=sk["carrier"],
             transform={"operator": sk["transform"]["operator"], "params": dict(sk["transform"].get("params") or {})},
-            effect=Effect.of(speedups), support_steps=len(sk["steps"]), support_lineages=1,
+            effect=Effect.of(speedups), support_steps=len(sk["steps"]) if measured else 0,
+            support_lineages=1 if measured else 0,
             architectures=tuple(sk.get("architectures") or (arch,)), sample=doc.sample,
             profitability=str(sk.get("profitability") or ""),
         )
@@ -190,7 +207,7 @@ def lineage_to_batch(doc: LineageDocument) -> GraphBatch:
         Node("Lineage", lid, {
             "workload": d["workload"]["name"], "gpu": d["gpu"]["name"], "arch": arch,
             "versions": dict(d["versions"]), "created": d["created"], "policy": d.get("policy", ""),
-            "sample": doc.sample, "start_sha": d["start"], "n_steps": len(d["steps"]),
+            "sample": doc.sample, "measured": doc.measured, "start_sha": d["start"], "n_steps": len(d["steps"]),
             "n_accepted": sum(1 for s in d["steps"] if s["accepted"])}),
     ]
     rels: list[Relationship] = [
@@ -207,7 +224,8 @@ def lineage_to_batch(doc: LineageDocument) -> GraphBatch:
             "lineage_id": lid, "index": step["index"], "operator": step["operator"],
             "params": dict(step.get("params") or {}), "diff": step.get("diff", ""),
             "accepted": step["accepted"], "gate": step.get("gate"), "reason": step.get("reason", ""),
-            "timings": [dict(t) for t in step.get("timings", ())], "sample": doc.sample}))
+            "timings": [dict(t) for t in step.get("timings", ())], "sample": doc.sample,
+            "measured": doc.measured, "skipped": bool(step.get("skipped", False))}))
         rels.append(Relationship("HAS_STEP", lid, sid, {"index": step["index"]}))
         rels.append(Relationship("FROM", sid, kernel_id(step["from"])))
         if step["to"] is not None:

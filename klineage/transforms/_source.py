@@ -10,6 +10,8 @@ import ast
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from klineage.schema import pyast
+
 
 @dataclass(frozen=True)
 class Edit:
@@ -25,7 +27,7 @@ class Src:
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.tree = ast.parse(text)
+        self.tree = pyast.parse(text)
         self.lines = text.splitlines(keepends=True)
         self._line_start: list[int] = []
         pos = 0

@@ -10,12 +10,13 @@ operator never guesses.
 
 from __future__ import annotations
 
-import ast
 import difflib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
+
+from klineage.schema import pyast
 
 Direction = Literal["simplify", "apply"]
 AnchorKind = Literal["present", "applicable"]
@@ -64,7 +65,7 @@ def make_rewrite(
     if after == before:
         return None
     try:
-        ast.parse(after)
+        pyast.parse(after)
     except SyntaxError:
         return None
     return Rewrite(after, unified_diff(before, after), operator, dict(params), direction)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from klineage.schema import pyast
 from klineage.transforms._source import int_const, str_const
 from klineage.transforms._triton import autotune_configs, kwarg, single_value, tl_func
 from klineage.transforms.operators._common import Module, param_default, parse
@@ -35,7 +36,7 @@ OPERATOR_KEYS: dict[str, tuple[str, ...]] = {
 def _value(text: str) -> Any:
     """A config value's source text as a Python literal when it is one, else the text."""
     try:
-        return ast.literal_eval(text)
+        return pyast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
 

@@ -21,6 +21,8 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
+from klineage.schema import pyast
+
 ALLOWED_MODULES: frozenset[str] = frozenset({"torch", "triton", "triton.language", "math"})
 """Modules a candidate may import (plus ``triton.language.*`` submodules such as ``extra.libdevice``)."""
 
@@ -508,7 +510,7 @@ def check_source(source: str) -> StaticReport:
     """Run the static gate on candidate ``source``; never raises, the verdict is in the report."""
     lines = source.count("\n") + 1
     try:
-        tree = ast.parse(source, filename="candidate.py")
+        tree = pyast.parse(source, filename="candidate.py")
     except SyntaxError as exc:
         text = (exc.text or "").strip()
         where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")

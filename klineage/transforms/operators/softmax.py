@@ -13,6 +13,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+from klineage.schema import pyast
 from klineage.transforms._source import Edit, apply_edits
 from klineage.transforms._triton import Kernel, dotted, kwarg, range_call, tl_func, unique_name
 from klineage.transforms.features import pid_derived
@@ -907,7 +908,7 @@ def _comment_start(m: Module, stmt: ast.stmt) -> int:
 
 def _simple(text: str) -> bool:
     try:
-        node = ast.parse(text, mode="eval").body
+        node = pyast.parse(text, mode="eval").body
     except SyntaxError:
         return False
     return isinstance(node, (ast.Name, ast.Constant, ast.Attribute, ast.Call, ast.Subscript)) or (

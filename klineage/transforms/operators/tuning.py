@@ -10,6 +10,7 @@ import ast
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from klineage.schema import pyast
 from klineage.transforms._source import (
     Edit,
     add_keyword,
@@ -184,7 +185,7 @@ def _configs_from_node(
         if isinstance(table, ast.Name):
             table = table_env.get(table.id)  # type: ignore[assignment]
         try:
-            rows = ast.literal_eval(table) if table is not None else None
+            rows = pyast.literal_eval(table) if table is not None else None
         except ValueError:
             return None
         if not isinstance(rows, (list, tuple)):
@@ -639,7 +640,7 @@ def _literal(text: Any) -> Any:
     if isinstance(text, (int, bool)):
         return text
     try:
-        value = ast.literal_eval(str(text))
+        value = pyast.literal_eval(str(text))
     except (ValueError, SyntaxError):
         return _Raw(str(text))
     return value if isinstance(value, int) and not isinstance(value, bool) else _Raw(str(text))
@@ -802,7 +803,7 @@ class TileSize(Operator):
                 kern, site = all_sites[j]
                 if tile is not None and int_value(site) != tile:
                     return None
-                value = int_const(ast.parse(str(rec["value"]), mode="eval").body)
+                value = int_const(pyast.parse(str(rec["value"]), mode="eval").body)
                 changes.append((kern, site, value if value is not None else _Raw(str(rec["value"]))))
             edits = _retile(m, changes)
             if edits is None:

@@ -1,0 +1,132 @@
+"""Listing commands: ``klineage skills``, ``lineages``, ``workloads`` (what the knowledge base holds) and
+``features`` (the feature names a search context and a skill's conditions use). Each prints a table, or
+JSON with ``--json``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+out = Console()
+err = Console(stderr=True)
+
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+def _kb() -> Any:
+    from klineage.kb.service import KnowledgeBase
+    from klineage.kb.settings import open_store
+    from klineage.kb.store import StoreError
+
+    try:
+        return KnowledgeBase(open_store())
+    except StoreError as exc:
+        raise _fail(str(exc)) from exc
+
+
+def _emit(rows: list[dict[str, Any]], columns: list[tuple[str, str]], title: str, as_json: bool,
+          empty: str) -> None:
+    """Rows as JSON (every key) or as a table of ``columns`` (key, header); ``empty`` when there are none."""
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    if not rows:
+        out.print(empty)
+        return
+    table = Table(title=title)
+    for _, header in columns:
+        table.add_column(header)
+    for row in rows:
+        table.add_row(*("—" if row.get(key) in (None, "") else str(row[key]) for key, _ in columns))
+    out.print(table)
+
+
+_EMPTY_KB = "the knowledge base is empty: `klineage ingest lineages/` (or `klineage demo`) fills it"
+
+
+def skills(operator: Annotated[str | None, typer.Option(help="Only the skill of this operator.")] = None,
+           as_json: AsJson = False) -> None:
+    """List the skills: operator, name, measured effect, support and whether they are sample data."""
+    kb = _kb()
+    items: list[Any] = []
+    after = None
+    while True:
+        page = kb.skills(first=200, after=after, operator=operator)
+        items.extend(page.items)
+        if not page.has_next:
+            break
+        after = page.end_cursor
+    rows = [{"id": s.id, "operator": s.operator, "name": s.name,
+             "median": s.effect.median, "min": s.effect.min, "max": s.effect.max, "shapes": s.effect.n,
+             "support_steps": s.support_steps, "support_lineages": s.support_lineages,
+             "architectures": list(s.architectures), "sample": s.sample} for s in items]
+    for row in rows:
+        row["effect"] = "—" if row["median"] is None else f"{row['median']:.2f}× (n={row['shapes']})"
+        row["support"] = f"{row['support_steps']} steps / {row['support_lineages']} lineages"
+    if as_json:
+        for row in rows:
+            del row["effect"], row["support"]
+    _emit(rows, [("operator", "operator"), ("name", "name"), ("effect", "median effect"), ("support", "support"),
+                 ("sample", "sample")], "Skills", as_json, _EMPTY_KB)
+
+
+def lineages(workload: Annotated[str | None, typer.Option(help="Only the lineages of this workload.")] = None,
+             as_json: AsJson = False) -> None:
+    """List the lineages: workload, GPU, steps accepted of tried, whether measured, and the id."""
+    rows = []
+    for view in _kb().lineages(workload=workload):
+        p = view.lineage.props
+        rows.append({"id": view.lineage.id, "workload": p.get("workload"), "gpu": p.get("gpu"),
+                     "arch": p.get("arch"), "steps": p.get("n_steps"), "accepted": p.get("n_accepted"),
+                     "measured": p.get("measured", True), "sample": bool(p.get("sample", False)),
+                     "created": p.get("created")})
+    _emit(rows, [("workload", "workload"), ("gpu", "GPU"), ("accepted", "accepted"), ("steps", "steps"),
+                 ("measured", "measured"), ("sample", "sample"), ("id", "id")], "Lineages", as_json, _EMPTY_KB)
+
+
+def workloads(as_json: AsJson = False) -> None:
+    """List the workloads the knowledge base has lineages of: name, family, description."""
+    rows = [{"id": n.id, "name": n.props.get("name"), "family": n.props.get("family"),
+             "description": n.props.get("description", "")} for n in _kb().workloads()]
+    _emit(rows, [("name", "name"), ("family", "family"), ("description", "description")], "Workloads", as_json,
+          _EMPTY_KB)
+
+
+def features(as_json: AsJson = False) -> None:
+    """List the feature names a search context (-c NAME=VALUE) and skills' conditions use, with their meaning.
+
+    Problem and architecture features come from the context; kernel features from --kernel."""
+    from klineage.kb.conditions import (
+        ARCH_FEATURE_DOCS,
+        KERNEL_FEATURE_DOCS,
+        PORTABLE_FEATURES,
+        PROBLEM_FEATURE_DOCS,
+    )
+
+    rows = []
+    for kind, docs, given in (("problem", PROBLEM_FEATURE_DOCS, "-c NAME=VALUE (or --workload)"),
+                              ("architecture", ARCH_FEATURE_DOCS, "-c NAME=VALUE"),
+                              ("kernel", KERNEL_FEATURE_DOCS, "--kernel FILE")):
+        for name, meaning in docs.items():
+            rows.append({"name": name, "kind": kind, "portable": name in PORTABLE_FEATURES, "given_by": given,
+                         "meaning": meaning})
+    _emit(rows, [("name", "name"), ("kind", "kind"), ("given_by", "given by"), ("meaning", "meaning")],
+          "Features of search contexts and skill conditions", as_json, "")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``skills``, ``lineages``, ``workloads`` and ``features`` to the ``klineage`` app."""
+    app.command("skills")(skills)
+    app.command("lineages")(lineages)
+    app.command("workloads")(workloads)
+    app.command("features")(features)
