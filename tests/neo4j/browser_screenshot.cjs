@@ -116,6 +116,9 @@ async function main() {
     const fills = await page.locator('svg g.node circle.b-outline').evaluateAll(
       (els) => Array.from(new Set(els.map((e) => (e.getAttribute('fill') || '').toUpperCase()))));
     result.fills = fills;
+    // the captions drawn on the canvas (node and relationship text), so a test can read the picture
+    result.captions = await page.locator('svg g.node text, svg g.relationship text').evaluateAll(
+      (els) => els.map((e) => (e.textContent || '').trim()).filter((t) => t));
     result.styled = grass ? Object.values(grass).some((r) => r.color && fills.includes(r.color.toUpperCase())) : null;
     result.ok = result.nodes > 0;
   } catch (err) {
