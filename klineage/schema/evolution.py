@@ -14,9 +14,9 @@ A rejected step is a dead end: the simplified kernel it produced failed a gate, 
 (``accepted``: False, ``gate``: the gate that failed, ``label``: ``"<skill> ✗ <gate>"``) hangs off
 the chain as a branch that no further step continues. Missing values are absent, never None.
 
-Kernels get a ``name`` for the same reason: ``<workload> expert`` (where the walk started),
-``<workload> naive`` (where its accepted steps ended), ``<workload> without <skill>`` in between,
-``<workload> without <skill> (rejected)`` for a dead end.
+Kernels get a short ``name`` for the same reason, numbered along the chain: ``<workload> v0 naive``
+(where the walk's accepted steps ended), ``<workload> v<i>`` after the i-th skill applied forward,
+``<workload> v<n> expert`` (where the walk started), and ``<workload> ✗ <skill>`` for a dead end.
 """
 
 from __future__ import annotations
@@ -65,16 +65,14 @@ def evolution_relationships(data: Mapping[str, Any], lineage_id: str) -> list[Re
 
 
 def kernel_names(data: Mapping[str, Any]) -> dict[str, str]:
-    """A readable name per kernel sha of a lineage document (see the module docstring)."""
+    """A short name per kernel sha of a lineage document (see the module docstring)."""
     workload = data["workload"]["name"]
     names: dict[str, str] = {}
-    accepted = [s for s in data["steps"] if s["accepted"] and s.get("to") is not None]
     for step in data["steps"]:
-        if step.get("to") is None:
-            continue
-        suffix = "" if step["accepted"] else " (rejected)"
-        names[step["to"]] = f"{workload} without {step['operator']}{suffix}"
-    if accepted:
-        names[accepted[-1]["to"]] = f"{workload} naive"
-    names[data["start"]] = f"{workload} expert"
+        if not step["accepted"] and step.get("to") is not None:
+            names[step["to"]] = f"{workload} ✗ {step['operator']}"
+    chain = [data["start"]] + [s["to"] for s in data["steps"] if s["accepted"] and s.get("to") is not None]
+    n = len(chain) - 1
+    for i, sha in enumerate(reversed(chain)):
+        names[sha] = f"{workload} v{i}" + (" naive" if i == 0 and n else "") + (" expert" if i == n else "")
     return names

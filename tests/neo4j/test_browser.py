@@ -84,32 +84,35 @@ def test_lineage_is_visible_in_neo4j_browser(neo4j_store: Any, neo4j_server: Any
     assert docs and not any(doc.sample for doc in docs)  # the measured KB, not test fixtures
     ingest_lineages(KnowledgeBase(neo4j_store), docs)
     chain = next(doc.data for doc in docs if doc.workload == CHAIN_WORKLOAD)
+    chain_length = sum(1 for s in chain["steps"] if s["accepted"])
 
     screenshot = tmp_path / "neo4j-browser-lineage.png"
     env = {**os.environ, "PLAYWRIGHT_CORE": str(playwright), "CHROMIUM": chromium, "BROWSER_URL": browser_url,
            "BOLT_URL": neo4j_server.uri, "NEO4J_USER": neo4j_server.user, "NEO4J_PASSWORD": neo4j_server.password,
            "GRASS_FILE": str(BROWSER_DIR / "klineage.grass"),
-           "QUERY_FILE": str(BROWSER_DIR / "lineage-queries.cypher"), "SCREENSHOT": str(screenshot)}
+           "QUERY_FILE": str(BROWSER_DIR / "lineage-queries.cypher"), "SCREENSHOT": str(screenshot),
+           "ARRANGE_CHAIN": "1"}
     proc = subprocess.run(["node", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300, check=False)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert lines, f"no result from the Browser script: {proc.stdout[-2000:]} {proc.stderr[-2000:]}"
     result = json.loads(lines[-1])
     assert result["ok"], f"{result.get('error')} (the page is in {screenshot})"
     # the lineage and every kernel of its walk are on the canvas, one EVOLVES_TO per step that made one
-    assert result["nodes"] == 1 + len(chain["kernels"])
+    assert result["nodes"] == len(chain["kernels"])
     assert result["relationships"] >= len([s for s in chain["steps"] if s["to"]])
     assert result["styled"], f"the KLineage style was not applied: fills {result['fills']}"
     captions = set(result["captions"])
-    assert {f"{CHAIN_WORKLOAD} expert", f"{CHAIN_WORKLOAD} naive"} <= captions, captions
+    nodes = set(result["nodeCaptions"])
+    assert {f"{CHAIN_WORKLOAD} v0 naive", f"{CHAIN_WORKLOAD} v{chain_length} expert"} <= nodes, nodes
     for step in chain["steps"]:  # every arrow names its skill and speedup (a rejected one its gate)
         speedup = step_geomean_speedup(step)
         label = (f"{step['operator']} ×{speedup:.2f}" if step["accepted"]
                  else f"{step['operator']} ✗ {step['gate']}")
         assert label in captions, (label, captions)
     assert screenshot.stat().st_size > 20_000
-    # the chain is visible in the picture itself: Kernel (blue) and Lineage (green) circles of the style
-    assert _colour_pixels(screenshot, "#57C7E3") > 500
-    assert _colour_pixels(screenshot, "#8DCC93") > 200
+    # the chain is visible in the picture itself: Kernel circles and EVOLVES_TO arrows of the style
+    assert _colour_pixels(screenshot, "#57C7E3") > 2000
+    assert _colour_pixels(screenshot, "#4C8EDA") > 200
     if os.environ.get("KLINEAGE_UPDATE_DOCS") == "1":
         (ROOT / "docs").mkdir(exist_ok=True)
         shutil.copyfile(screenshot, ROOT / "docs" / "neo4j-browser-lineage.png")

@@ -4,10 +4,11 @@
 
 // One lineage as a chain, naive -> expert: each EVOLVES_TO arrow is one skill with the speedup it
 // measured (simplified / optimized time, geomean over the shapes); a rejected attempt is a dead-end
-// branch (its arrow says which gate failed). Change 'gemm' to see another workload's lineage.
+// branch (its arrow says which gate failed). Kernels are numbered v0 (naive) ... vN (expert).
+// Change 'gemm' to see another workload's lineage.
 MATCH (l:Lineage {workload: 'gemm'})
 MATCH (a:Kernel)-[e:EVOLVES_TO {lineage: l.id}]->(b:Kernel)
-RETURN l, a, e, b;
+RETURN a, e, b;
 
 // One skill with its evidence: the steps that reverse into it, their lineages, the kernels the step
 // went between, and the skill's conditions and risks. Change 'pipelining' to another operator.
