@@ -19,35 +19,14 @@ from typing import Any
 
 import pytest
 
+from tests.chromium_support import chromium as chromium_executable
+from tests.chromium_support import playwright_core
+
 ROOT = Path(__file__).resolve().parents[2]
 BROWSER_DIR = ROOT / "deploy" / "neo4j" / "browser"
-NODE_DIR = ROOT / "deploy" / "neo4j" / "cache" / "node"  # git-ignored
-PLAYWRIGHT_VERSION = "1.65.1"
 SCRIPT = Path(__file__).with_name("browser_screenshot.cjs")
 LINEAGES = ROOT / "lineages"
 CHAIN_WORKLOAD = "gemm"  # the lineage the first saved query draws
-
-
-def _chromium() -> str:
-    found = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-    if not found:
-        pytest.skip("Chromium is not installed (Debian: apt-get install -y chromium)")
-    return found
-
-
-def _playwright_core() -> Path:
-    module = NODE_DIR / "node_modules" / "playwright-core"
-    if (module / "package.json").is_file():
-        return module
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node and npm are needed to drive Chromium (Debian: apt-get install -y nodejs npm)")
-    NODE_DIR.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent", "--prefix", str(NODE_DIR),
-                           f"playwright-core@{PLAYWRIGHT_VERSION}"], capture_output=True, text=True, timeout=600,
-                          check=False)
-    if proc.returncode != 0 or not (module / "package.json").is_file():
-        pytest.skip(f"npm could not install playwright-core: {proc.stderr[-2000:]}")
-    return module
 
 
 def _browser_url(neo4j_server: Any) -> str:
@@ -66,8 +45,8 @@ def _colour_pixels(png: Path, hex_colour: str, tolerance: float = 0.04) -> int:
 @pytest.mark.real("chromium")
 @pytest.mark.slow
 def test_lineage_is_visible_in_neo4j_browser(neo4j_store: Any, neo4j_server: Any, tmp_path: Path) -> None:
-    chromium = _chromium()
-    playwright = _playwright_core()
+    chromium = chromium_executable()
+    playwright = playwright_core()
     browser_url = _browser_url(neo4j_server)
     try:
         with urllib.request.urlopen(browser_url, timeout=10) as response:
