@@ -1,5 +1,8 @@
 """docker-compose.yml agrees with the code (Docker does not run here, so the file is checked, not run):
-services, images, ports, environment names, commands, healthchecks and the GPU reservation."""
+services, images, ports, environment names, commands, healthchecks and the GPU reservation; and a
+plain `docker compose up` on a CPU host gives a populated knowledge base: no GPU reservation outside
+the `gpu` profile, a one-shot kb-init that ingests the lineages baked into the image before the api
+starts, named volumes only, a slim CPU image for the api."""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "deploy" / "Dockerfile"
+ONE_SHOT = {"kb-init"}  # services that run to completion (no healthcheck, never restarted)
 
 
 @pytest.fixture(scope="module")
@@ -75,17 +80,105 @@ def _healthcheck_text(service: dict[str, Any]) -> str:
     return " ".join(test) if isinstance(test, list) else str(test)
 
 
+def _stages(text: str) -> dict[str, str]:
+    """Dockerfile stage name -> its text (from its FROM line to the next)."""
+    parts = re.split(r"^(?=FROM )", text, flags=re.M)
+    out = {}
+    for part in parts:
+        match = re.match(r"FROM \S+(?: AS (\S+))?", part)
+        if match:
+            out[match.group(1) or ""] = part
+    return out
+
+
+def _instructions(text: str) -> str:
+    """Dockerfile text without comment lines."""
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
 def test_services_and_healthchecks(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"neo4j", "api", "validator"}
+    assert set(services) == {"neo4j", "kb-init", "api", "validator"}
     for name, service in services.items():
+        if name in ONE_SHOT:
+            assert service.get("restart") == "no" and "healthcheck" not in service, name
+            continue
         assert "healthcheck" in service, name
         assert service["healthcheck"]["test"], name
-    assert services["api"]["depends_on"]["neo4j"]["condition"] == "service_healthy"
+    assert services["kb-init"]["depends_on"] == {"neo4j": {"condition": "service_healthy"}}
+    assert services["api"]["depends_on"] == {"neo4j": {"condition": "service_healthy"},
+                                             "kb-init": {"condition": "service_completed_successfully"}}
+
+
+def test_a_plain_up_needs_no_gpu(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    default = {name for name, service in services.items() if not service.get("profiles")}
+    assert default == {"neo4j", "kb-init", "api"}
+    assert services["validator"]["profiles"] == ["gpu"]
+    for name in default:
+        assert "deploy" not in services[name], name  # no device reservation a CPU host cannot meet
+        for dependency in services[name].get("depends_on", {}):
+            assert dependency in default, (name, dependency)
+
+
+def test_volumes_are_named_and_the_image_declares_none(compose: dict[str, Any]) -> None:
     declared = set(compose.get("volumes") or {})
-    for service in services.values():
+    used = set()
+    for name, service in compose["services"].items():
         for volume in service.get("volumes", []):
-            assert str(volume).split(":")[0] in declared
+            source, target = str(volume).split(":")[:2]
+            assert source in declared, (name, volume)  # a named volume, not a host path or an anonymous one
+            assert target.startswith("/")
+            used.add(source)
+    assert used == declared
+    assert not re.search(r"^VOLUME\b", _instructions(DOCKERFILE.read_text(encoding="utf-8")), re.M)
+
+
+def test_kb_init_ingests_the_lineages_baked_into_the_image(compose: dict[str, Any]) -> None:
+    from typer.main import get_command
+
+    from klineage.cli import kb_commands
+    from klineage.cli.main import app
+
+    services = compose["services"]
+    init = services["kb-init"]
+    command = _command(init)
+    assert command[:2] == ["klineage", "ingest"] and "ingest" in get_command(app).commands  # type: ignore[attr-defined]
+    folder = command[2]
+    env = {k: v for k, v in init["environment"].items() if k != "HF_HUB_OFFLINE"}
+    api_env = services["api"]["environment"]
+    assert env == {k: v for k, v in api_env.items() if k.startswith(("NEO4J_", "KLINEAGE_STORE"))}
+    text = _instructions(DOCKERFILE.read_text(encoding="utf-8"))
+    base = _stages(text)["base"]
+    # the measured lineages are copied where kb-init reads them, and the CLI is pointed there too
+    copies = re.findall(r"^COPY (\S+) (\S+)", base, re.M)
+    source = next(src for src, dst in copies if src.startswith("lineages/"))
+    assert sorted(ROOT.glob(source)) == sorted((ROOT / "lineages").glob("*.lineage.json")) != []
+    workdir = re.search(r"^WORKDIR (\S+)", base, re.M).group(1)  # type: ignore[union-attr]
+    dest = next(dst for src, dst in copies if src == source)
+    assert str(Path(workdir) / dest).rstrip("/") == folder
+    assert f"{kb_commands.LINEAGES_ENV}={folder}" in base
+    ignored = (ROOT / "deploy" / "Dockerfile.dockerignore").read_text(encoding="utf-8").split()
+    assert not {"lineages", "lineages/", "*.json", "**/*.json"} & set(ignored)
+
+
+def test_the_api_image_is_slim_and_the_validator_image_has_cuda(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    stages = _stages(_instructions(DOCKERFILE.read_text(encoding="utf-8")))
+    assert {"base", "api", "validator"} <= set(stages)
+    for name in ("kb-init", "api"):
+        assert services[name]["build"]["target"] == "api"
+        assert services[name]["image"] == services["api"]["image"]
+    assert services["validator"]["build"]["target"] == "validator"
+    assert services["validator"]["image"] != services["api"]["image"]
+    api = stages["api"]
+    assert "download.pytorch.org/whl/cpu" in api and '"torch==2.11.0"' in api
+    assert "triton" in api and "pip install --no-deps ." in api  # every dependency but torch and triton
+    assert "gcc" not in api and "nvidia" not in api
+    validator = stages["validator"]
+    assert "pip install ." in validator and "gcc" in validator
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert '"torch==2.11.0"' in pyproject  # the CPU wheel pins the same version
 
 
 def test_neo4j_service_matches_the_design_and_the_store(compose: dict[str, Any]) -> None:
@@ -180,7 +273,7 @@ def test_validator_service_gpu_port_and_environment(compose: dict[str, Any]) -> 
 
 
 def test_images_build_from_the_dockerfile(compose: dict[str, Any]) -> None:
-    for name in ("api", "validator"):
+    for name in ("kb-init", "api", "validator"):
         build = compose["services"][name]["build"]
         dockerfile = ROOT / build["context"] / build["dockerfile"]
         assert dockerfile.is_file(), dockerfile
@@ -189,6 +282,6 @@ def test_images_build_from_the_dockerfile(compose: dict[str, Any]) -> None:
         assert "pip install ." in text and "HF_HUB_OFFLINE=1" in text
         for copied in re.findall(r"^COPY (\S+)", text, re.M):
             if not copied.startswith("--"):
-                assert (ROOT / copied).exists(), copied
+                assert list(ROOT.glob(copied)), copied
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     assert 'klineage = "klineage.cli.main:app"' in pyproject

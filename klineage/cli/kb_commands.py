@@ -16,9 +16,10 @@ from rich.table import Table
 from klineage.schema.errors import FormatError
 from klineage.schema.lineage_document import SAMPLE_LABEL, LineageDocument, load_lineage_document
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout's root; site-packages when installed
+LINEAGES_ENV = "KLINEAGE_LINEAGES"  # a folder of lineage documents (the Docker image: /app/lineages)
 LINEAGE_DIRS = (Path("lineages"), REPO_ROOT / "lineages")
-FIXTURE_DIR = REPO_ROOT / "tests" / "fixtures" / "lineages"
+FIXTURE_DIRS = (Path("tests") / "fixtures" / "lineages", REPO_ROOT / "tests" / "fixtures" / "lineages")
 
 out = Console()
 err = Console(stderr=True)
@@ -41,15 +42,23 @@ def _kb() -> Any:
 
 
 def find_lineage_documents() -> tuple[list[Path], bool]:
-    """Real lineage documents (``lineages/*.json``), or the test fixtures when there are none.
+    """Real lineage documents, or the test fixtures when there are none.
 
-    Returns the paths and whether they are fixtures (sample data, not measured).
+    Looks in ``$KLINEAGE_LINEAGES``, then ``lineages/`` under the working directory, then under the
+    checkout; the fixtures in ``tests/fixtures/lineages`` likewise (working directory, then checkout:
+    an installed package has neither next to it). Returns the paths and whether they are fixtures
+    (sample data, not measured).
     """
-    for folder in LINEAGE_DIRS:
+    configured = os.environ.get(LINEAGES_ENV)
+    for folder in ((Path(configured),) if configured else ()) + LINEAGE_DIRS:
         found = sorted(folder.glob("*.json")) if folder.is_dir() else []
         if found:
             return found, False
-    return sorted(FIXTURE_DIR.glob("*.json")), True
+    for folder in FIXTURE_DIRS:
+        found = sorted(folder.glob("*.json")) if folder.is_dir() else []
+        if found:
+            return found, True
+    return [], True
 
 
 def _load_all(paths: list[Path]) -> list[LineageDocument]:

@@ -1,14 +1,15 @@
-"""The ASGI app: GraphQL (with GraphiQL) at /graphql and a health check at /healthz."""
+"""The ASGI app: GraphQL (with GraphiQL, served offline: ``graphql.ide``) at /graphql and a health
+check at /healthz."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Request
-from strawberry.fastapi import GraphQLRouter
+from fastapi import FastAPI, Request, Response
 
 from klineage.graphql.context import Loaders, RequestContext
+from klineage.graphql.ide import ASSETS_PATH, OfflineGraphQLRouter, asset_response
 from klineage.graphql.schema import schema
 from klineage.kb.service import KnowledgeBase
 
@@ -42,5 +43,9 @@ def create_app(kb: KnowledgeBase, recorder: Callable[..., Any] | None = None) ->
     def healthz() -> dict[str, Any]:
         return {"status": "ok", "counts": kb.store.counts()}
 
-    app.include_router(GraphQLRouter(schema, context_getter=context_getter), prefix="/graphql")
+    @app.get(ASSETS_PATH + "/{name}", include_in_schema=False)
+    def graphiql_asset(name: str, request: Request) -> Response:
+        return asset_response(name, request)
+
+    app.include_router(OfflineGraphQLRouter(schema, context_getter=context_getter), prefix="/graphql")
     return app

@@ -14,17 +14,24 @@ How records map onto Neo4j:
 
 * a node is ``(:Label {id, ...props})``; a relationship ``(a)-[:TYPE {...props}]->(b)``, at most one
   of a type between two nodes (``MERGE``);
-* values Neo4j cannot hold as properties (maps, lists of maps or of mixed types, ``None``, integers
-  beyond 64 bits) are stored as canonical JSON strings, and their keys are listed in the node's or
-  relationship's ``__json`` property so that reads restore them exactly;
+* a node holds its caller's properties and nothing else, so that Neo4j Browser shows what a person
+  wants to read: a ``None`` value is absent (Neo4j's own meaning of null), values Neo4j cannot hold
+  (maps, lists of maps or of mixed types, integers beyond 64 bits) are canonical JSON strings;
+* what the store needs to read a node back exactly lives on a companion node
+  ``(:_KLineageProps {id})`` with the same id (no relationship, so nothing draws it next to the
+  data): ``json`` (the names holding JSON), ``nulls`` (the names whose value is None), ``sig`` (a
+  type-exact fingerprint: an unchanged node is not rewritten) and ``ft_<index>`` (below);
 * the full-text index of ``graph_spec`` (e.g. ``skill_text`` over name, intent and anchor text) is
-  built over one derived property ``__ft_<index>`` that holds the lower-cased alphanumeric tokens of
-  those properties joined by spaces: the same analyzer as the embedded store, so both rank with
-  BM25 (k1 = 1.2, b = 0.75) over the same tokens. Scores are scaled by ``k1 + 1`` to match the
+  built over the companion's derived property ``ft_<index>`` that holds the lower-cased alphanumeric
+  tokens of those properties joined by spaces: the same analyzer as the embedded store, so both rank
+  with BM25 (k1 = 1.2, b = 0.75) over the same tokens. Scores are scaled by ``k1 + 1`` to match the
   embedded store's BM25 formula (Lucene omits that constant); Lucene quantizes document lengths, so
   scores agree closely and rankings agree apart from near-ties;
-* properties whose names start with ``__`` are the store's own and never appear in a returned node;
-  a caller's property named ``id`` or ``__...`` is stored as ``__u<name>`` and returned under its name.
+* a relationship keeps the older in-place encoding (the graph model's relationships hold plain
+  values, so Browser sees none of it): JSON values, ``None`` included, listed under ``__json``;
+* a caller's property named ``id`` or ``__...`` is stored as ``__u<name>`` and returned under its name;
+* a database written by an older KLineage (``__json``/``__sig``/``__ft_*`` on the nodes) is rewritten
+  to this layout when the store opens (``ensure_schema``).
 
 Writes: ``upsert`` runs in ONE transaction (``session.execute_write``, which retries transient
 errors such as deadlocks and leader switches): it reads the labels of every id the batch touches,
@@ -73,8 +80,9 @@ BM25_K1 = 1.2
 JSON_KEYS = "__json"
 USER_PREFIX = "__u"
 HEX_PREFIX = "__x"  # a caller's name Neo4j cannot hold as a token (NUL bytes): stored hex-encoded
-SIGNATURE = "__sig"
-FT_PREFIX = "__ft_"
+SIGNATURE = "__sig"  # legacy layout (on the node itself): migrated by ensure_schema
+PROPS_LABEL = "_KLineageProps"  # the companion node of a data node: what reads need, hidden from Browser
+FT_PROPERTY = "ft_"  # the companion's full-text property prefix
 META_LABEL = "_KLineageMeta"
 META_ID = "state"
 QUANTIZATION_OFF = "`vector.quantization.enabled`: false"
@@ -171,6 +179,42 @@ def encode_props(props: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
+def encode_node_props(props: Mapping[str, Any], where: str) -> tuple[dict[str, Any], list[str], list[str]]:
+    """A node's properties as Neo4j holds them, with the bookkeeping its companion node keeps:
+    (stored properties without the None-valued ones, names holding JSON, names whose value is None)."""
+    encoded = encode_props(props, where)
+    json_keys = list(encoded.pop(JSON_KEYS, ()))
+    nulls = sorted(name for name in json_keys if encoded[name] == "null")
+    for name in nulls:
+        del encoded[name]
+    return encoded, [k for k in json_keys if k not in nulls], nulls
+
+
+def decode_node_props(wrapped: Mapping[str, Any]) -> dict[str, Any]:
+    """A node's caller properties from ``{p: properties(n), m: [companion {json, nulls}]}`` (``_props``);
+    a node of the legacy layout (no companion, ``__json`` on itself) decodes too."""
+    raw = wrapped["p"]
+    meta = (wrapped.get("m") or [None])[0]
+    if not meta:
+        return decode_props(raw)
+    decoded = decode_props({**raw, JSON_KEYS: list(meta.get("json") or ())})
+    for name in meta.get("nulls") or ():
+        decoded.update(decode_props({name: None}))
+    return decoded
+
+
+def _props(var: str) -> str:
+    """A Cypher expression of node ``var``'s properties with its companion's bookkeeping, for
+    ``decode_node_props``."""
+    return (f"{{p: properties({var}), m: COLLECT {{ MATCH (kl_m:{PROPS_LABEL} {{id: {var}.id}}) "
+            "RETURN kl_m {.json, .nulls} }}")
+
+
+def _meta_list(var: str, field: str) -> str:
+    """A Cypher expression: the companion's list ``field`` of node ``var`` ([] when it has none)."""
+    return f"coalesce(head(COLLECT {{ MATCH (kl_m:{PROPS_LABEL} {{id: {var}.id}}) RETURN kl_m.{field} }}), [])"
+
+
 def decode_props(raw: Mapping[str, Any]) -> dict[str, Any]:
     """The properties a caller wrote, from what Neo4j returns (without ``id`` and the store's own)."""
     json_keys = set(raw.get(JSON_KEYS) or ())
@@ -218,12 +262,14 @@ def _where_clause(where: Mapping[str, Any], params: dict[str, Any]) -> tuple[lis
         name = f"w{i}"
         key = stored_key(key)
         prop = f"n.{_ident(key)}"
-        if _native(normalized):  # Cypher never equals booleans and numbers, as the protocol wants
+        if normalized is None:
+            clauses.append(f"{prop} IS NULL AND $k{i} IN {_meta_list('n', 'nulls')}")
+        elif _native(normalized):  # Cypher never equals booleans and numbers, as the protocol wants
             params[name] = normalized
-            clauses.append(f"{prop} = ${name} AND NOT $k{i} IN coalesce(n.{JSON_KEYS}, [])")
+            clauses.append(f"{prop} = ${name} AND NOT $k{i} IN {_meta_list('n', 'json')}")
         else:
             params[name] = _canonical(normalized)
-            clauses.append(f"{prop} = ${name} AND $k{i} IN coalesce(n.{JSON_KEYS}, [])")
+            clauses.append(f"{prop} = ${name} AND $k{i} IN {_meta_list('n', 'json')}")
         params[f"k{i}"] = key
     return clauses, True
 
@@ -362,6 +408,8 @@ class Neo4jStore:
                f"FOR (n:{_ident(label)}) REQUIRE n.id IS UNIQUE" for label in UNIQUE_ID_CONSTRAINTS]
         out.append(f"CREATE CONSTRAINT {_ident('klineage_meta_id_unique')} IF NOT EXISTS "
                    f"FOR (n:{_ident(META_LABEL)}) REQUIRE n.id IS UNIQUE")
+        out.append(f"CREATE CONSTRAINT {_ident('klineage_props_id_unique')} IF NOT EXISTS "
+                   f"FOR (n:{_ident(PROPS_LABEL)}) REQUIRE n.id IS UNIQUE")
         for v in VECTOR_INDEXES:
             # Exact float vectors (Neo4j >= 5.23 quantizes by default, which moves cosines by ~1e-3
             # and reorders near neighbours); _vector_index_fallback drops the key for older servers.
@@ -370,8 +418,8 @@ class Neo4jStore:
                        f"{int(v.dimensions)}, `vector.similarity_function`: '{v.similarity}', "
                        f"{QUANTIZATION_OFF}}}}}")
         for f in FULLTEXT_INDEXES:
-            out.append(f"CREATE FULLTEXT INDEX {_ident(f.name)} IF NOT EXISTS FOR (n:{_ident(f.label)}) "
-                       f"ON EACH [n.{_ident(FT_PREFIX + f.name)}] "
+            out.append(f"CREATE FULLTEXT INDEX {_ident(f.name)} IF NOT EXISTS FOR (n:{_ident(PROPS_LABEL)}) "
+                       f"ON EACH [n.{_ident(FT_PROPERTY + f.name)}] "
                        "OPTIONS {indexConfig: {`fulltext.analyzer`: 'standard-no-stop-words', "
                        "`fulltext.eventually_consistent`: false}}")
         for r in RANGE_INDEXES:
@@ -400,10 +448,13 @@ class Neo4jStore:
                 if "AlreadyExists" not in str(exc):
                     raise StoreError(f"could not create the schema ({statement}): {exc}") from exc
         self._autocommit(f"CALL db.awaitIndexes({int(timeout_s)})", "waiting for indexes")
-        rows = self._autocommit("SHOW INDEXES YIELD name, state, failureMessage, options RETURN name, state, "
-                                "failureMessage, options", "listing indexes")
+        rows = self._autocommit("SHOW INDEXES YIELD name, state, failureMessage, options, labelsOrTypes "
+                                "RETURN name, state, failureMessage, options, labelsOrTypes", "listing indexes")
         quantized = [r["name"] for r in rows if r["name"] in {v.name for v in VECTOR_INDEXES}
                      and ((r["options"] or {}).get("indexConfig") or {}).get("vector.quantization.enabled")]
+        # full-text indexes of the legacy layout (over the data nodes' __ft_ property): rebuilt
+        quantized += [r["name"] for r in rows if r["name"] in {f.name for f in FULLTEXT_INDEXES}
+                      and list(r["labelsOrTypes"] or ()) != [PROPS_LABEL]]
         if quantized and _rebuild:
             # made by an older KLineage or by hand: rebuild it with exact vectors (same name, same data)
             for name in quantized:
@@ -417,6 +468,22 @@ class Neo4jStore:
             state, failure = found[name]
             if state != "ONLINE":
                 raise StoreError(f"index {name!r} is {state}, not ONLINE: {failure or 'no failure message'}")
+        self._migrate_legacy_layout()
+
+    def _migrate_legacy_layout(self, chunk: int = 2000) -> int:
+        """Rewrite the nodes an older KLineage wrote with its bookkeeping on them (``__sig``, ``__json``,
+        ``__ft_*``) into the companion layout; returns how many were rewritten."""
+        query = (f"MATCH (n) WHERE n.{SIGNATURE} IS NOT NULL RETURN labels(n) AS l, n.id AS id, "
+                 f"properties(n) AS p LIMIT {int(chunk)}")
+        done = 0
+        while True:
+            rows = self._autocommit(query, "migrating the legacy node layout")
+            nodes = [Node(label, r["id"], decode_props(r["p"])) for r in rows
+                     for label in [next((x for x in r["l"] if x in LABELS), None)] if label is not None]
+            if not nodes:
+                return done
+            self.upsert(GraphBatch(tuple(nodes), ()))
+            done += len(nodes)
 
     def clear(self) -> None:
         """Delete every node and relationship and rebuild the search indexes from empty (so full-text
@@ -489,9 +556,9 @@ class Neo4jStore:
             for label, rows in sorted(node_rows.items()):
                 # Unchanged nodes (same type-exact signature) are left alone: no index churn, so
                 # re-ingesting is cheap and full-text statistics count no replaced documents.
-                query = (f"UNWIND $rows AS row MERGE (n:{_ident(label)} {{id: row.id}}) "
-                         f"WITH n, row WHERE n.{SIGNATURE} IS NULL OR n.{SIGNATURE} <> row.props.{SIGNATURE} "
-                         "SET n = row.props")
+                query = (f"UNWIND $rows AS row MERGE (m:{_ident(PROPS_LABEL)} {{id: row.id}}) "
+                         "WITH m, row WHERE m.sig IS NULL OR m.sig <> row.meta.sig SET m = row.meta "
+                         f"MERGE (n:{_ident(label)} {{id: row.id}}) SET n = row.props")
                 for chunk in _chunks(rows):
                     tx.run(query, {"rows": chunk}).consume()
             for (rel_type, source_label, target_label), rows in sorted(groups.items()):
@@ -525,15 +592,17 @@ class Neo4jStore:
                 raise StoreError(f"node {node.id!r} appears in the batch as both {labels[node.id]} and "
                                  f"{node.label}")
             labels[node.id] = node.label
-            props = encode_props(node.props, f"{node.label} {node.id!r}")
+            props, json_keys, nulls = encode_node_props(node.props, f"{node.label} {node.id!r}")
             props["id"] = node.id
-            props[SIGNATURE] = _signature(props)
+            meta: dict[str, Any] = {"id": node.id, "json": sorted(json_keys), "nulls": nulls}
             spec = fulltext.get(node.label)
             if spec is not None:
                 text = _fulltext_value(spec, node.props)
                 if text:
-                    props[FT_PREFIX + spec.name] = text
-            rows.setdefault(node.label, {})[node.id] = {"id": node.id, "props": props}
+                    meta[FT_PROPERTY + spec.name] = text
+            # type-exact fingerprint of what the node and its companion hold
+            meta["sig"] = _signature({**props, "json": meta["json"], "nulls": nulls, "label": node.label})
+            rows.setdefault(node.label, {})[node.id] = {"id": node.id, "props": props, "meta": meta}
         return {label: [by_id[i] for i in sorted(by_id)] for label, by_id in rows.items()}, labels
 
     # ---------------------------------------------------------------- reads
@@ -566,9 +635,9 @@ class Neo4jStore:
 
         def work(tx: Any) -> dict[str, Node]:
             result = tx.run(f"MATCH (n:{_ident(label)}) WHERE n.id IN $ids "
-                            "RETURN n.id AS id, properties(n) AS p",
+                            f"RETURN n.id AS id, {_props('n')} AS p",
                             {"ids": sorted(set(ids))})
-            return {r["id"]: Node(label, r["id"], decode_props(r["p"])) for r in result}
+            return {r["id"]: Node(label, r["id"], decode_node_props(r["p"])) for r in result}
 
         found = self._read(work, "get_many")
         return [found.get(i) for i in ids]
@@ -592,13 +661,13 @@ class Neo4jStore:
         query = f"MATCH (n:{_ident(label)})"
         if clauses:
             query += " WHERE " + " AND ".join(f"({c})" for c in clauses)
-        query += " RETURN n.id AS id, properties(n) AS p ORDER BY n.id"
+        query += f" RETURN n.id AS id, {_props('n')} AS p ORDER BY n.id"
         if limit is not None:
             query += " LIMIT $limit"
             params["limit"] = int(limit)
 
         def work(tx: Any) -> list[Node]:
-            return [Node(label, r["id"], decode_props(r["p"])) for r in tx.run(query, params)]
+            return [Node(label, r["id"], decode_node_props(r["p"])) for r in tx.run(query, params)]
 
         return self._read(work, "find")
 
@@ -639,7 +708,7 @@ class Neo4jStore:
         arrow = f"-[r:{_ident(rel_type)}]->" if outgoing else f"<-[r:{_ident(rel_type)}]-"
         query = " UNION ALL ".join(
             f"MATCH (a:{_ident(label)}){arrow}(b) WHERE a.id IN $ids "
-            "RETURN a.id AS id, properties(r) AS rp, b.id AS other, labels(b) AS bl, properties(b) AS bp"
+            f"RETURN a.id AS id, properties(r) AS rp, b.id AS other, labels(b) AS bl, {_props('b')} AS bp"
             for label in anchors)
 
         def work(tx: Any) -> list[Any]:
@@ -653,17 +722,17 @@ class Neo4jStore:
                 continue
             rel = (Relationship(rel_type, node_id, other, decode_props(r["rp"])) if outgoing
                    else Relationship(rel_type, other, node_id, decode_props(r["rp"])))
-            result[node_id].append((rel, Node(label, other, decode_props(r["bp"]))))
+            result[node_id].append((rel, Node(label, other, decode_node_props(r["bp"]))))
         for found in result.values():
             found.sort(key=lambda item: item[1].id)
         return result
 
     def lineage(self, lineage_id: str) -> LineageView | None:
         """The lineage, its workload, starting kernel and steps ordered by HAS_STEP index (then id)."""
-        query = ("MATCH (l:Lineage {id: $id}) RETURN properties(l) AS l, "
-                 "[(l)-[:OF]->(w:Workload) | properties(w)] AS ws, "
-                 "[(l)-[:STARTS_AT]->(k:Kernel) | properties(k)] AS ks, "
-                 "[(l)-[h:HAS_STEP]->(s:Step) | {h: properties(h), s: properties(s)}] AS steps")
+        query = (f"MATCH (l:Lineage {{id: $id}}) RETURN {_props('l')} AS l, "
+                 f"[(l)-[:OF]->(w:Workload) | {_props('w')}] AS ws, "
+                 f"[(l)-[:STARTS_AT]->(k:Kernel) | {_props('k')}] AS ks, "
+                 f"[(l)-[h:HAS_STEP]->(s:Step) | {{h: properties(h), s: {_props('s')}}}] AS steps")
 
         def work(tx: Any) -> Any:
             return tx.run(query, {"id": lineage_id}).single()
@@ -675,18 +744,18 @@ class Neo4jStore:
         def first(label: str, rows: list[Mapping[str, Any]]) -> Node | None:
             if not rows:
                 return None
-            raw = min(rows, key=lambda p: p["id"])
-            return Node(label, raw["id"], decode_props(raw))
+            raw = min(rows, key=lambda p: p["p"]["id"])
+            return Node(label, raw["p"]["id"], decode_node_props(raw))
 
         steps = []
         for item in record["steps"]:
-            node = Node("Step", item["s"]["id"], decode_props(item["s"]))
+            node = Node("Step", item["s"]["p"]["id"], decode_node_props(item["s"]))
             rel_props = decode_props(item["h"])
             index = rel_props.get("index", node.props.get("index"))
             key = index if isinstance(index, int) and not isinstance(index, bool) else 2**62
             steps.append((key, node.id, node))
         steps.sort(key=lambda s: (s[0], s[1]))
-        return LineageView(Node("Lineage", lineage_id, decode_props(record["l"])),
+        return LineageView(Node("Lineage", lineage_id, decode_node_props(record["l"])),
                            first("Workload", record["ws"]), first("Kernel", record["ks"]),
                            tuple(node for _, _, node in steps))
 
@@ -715,10 +784,10 @@ class Neo4jStore:
         def work(tx: Any) -> list[ScoredNode]:
             result = tx.run("CALL db.index.vector.queryNodes($index, $n, $vector) YIELD node, score "
                             "WITH node, score ORDER BY score DESC, node.id LIMIT $k "
-                            "RETURN node.id AS id, properties(node) AS p, score",
+                            f"RETURN node.id AS id, {_props('node')} AS p, score",
                             {"index": spec.name, "n": fetch, "vector": query_vector, "k": k})
             # Neo4j's cosine score is (1 + cosine) / 2; the protocol's score is the cosine itself.
-            return [ScoredNode(Node(label, r["id"], decode_props(r["p"])), 2.0 * float(r["score"]) - 1.0)
+            return [ScoredNode(Node(label, r["id"], decode_node_props(r["p"])), 2.0 * float(r["score"]) - 1.0)
                     for r in result]
 
         hits = self._read(work, "vector search")
@@ -739,11 +808,13 @@ class Neo4jStore:
         fetch = _candidates(k)
 
         def work(tx: Any) -> list[ScoredNode]:
+            # the index is over the companion nodes: back to the data node with the same id
             result = tx.run("CALL db.index.fulltext.queryNodes($index, $query, {limit: $n}) "
-                            "YIELD node, score WITH node, score ORDER BY score DESC, node.id LIMIT $k "
-                            "RETURN node.id AS id, properties(node) AS p, score",
+                            f"YIELD node AS hit, score MATCH (node:{_ident(spec.label)} {{id: hit.id}}) "
+                            "WITH node, score ORDER BY score DESC, node.id LIMIT $k "
+                            f"RETURN node.id AS id, {_props('node')} AS p, score",
                             {"index": spec.name, "query": lucene, "n": fetch, "k": k})
-            return [ScoredNode(Node(spec.label, r["id"], decode_props(r["p"])),
+            return [ScoredNode(Node(spec.label, r["id"], decode_node_props(r["p"])),
                                float(r["score"]) * (BM25_K1 + 1)) for r in result]
 
         hits = self._read(work, "full-text search")
@@ -770,9 +841,9 @@ class Neo4jStore:
         def work(tx: Any) -> GraphBatch:
             nodes: list[Node] = []
             for label in sorted(LABELS):
-                result = tx.run(f"MATCH (n:{_ident(label)}) RETURN n.id AS id, properties(n) AS p "
+                result = tx.run(f"MATCH (n:{_ident(label)}) RETURN n.id AS id, {_props('n')} AS p "
                                 "ORDER BY n.id")
-                nodes.extend(Node(label, r["id"], decode_props(r["p"])) for r in result)
+                nodes.extend(Node(label, r["id"], decode_node_props(r["p"])) for r in result)
             rels: list[Relationship] = []
             for rel_type in sorted(RELATIONSHIP_NAMES):
                 result = tx.run(f"MATCH (a)-[r:{_ident(rel_type)}]->(b) RETURN a.id AS s, b.id AS t, "

@@ -38,6 +38,8 @@ RELATIONSHIPS: tuple[RelationshipType, ...] = (
     RelationshipType("HAS_STEP", "Lineage", "Step"),
     RelationshipType("FROM", "Step", "Kernel"),
     RelationshipType("TO", "Step", "Kernel"),
+    # the lineage as a chain a person can see, naive -> expert: (simplified)-[:EVOLVES_TO]->(optimized)
+    RelationshipType("EVOLVES_TO", "Kernel", "Kernel"),
     RelationshipType("REVERSES_INTO", "Step", "Skill"),
     RelationshipType("VALID_WHEN", "Skill", "Condition"),
     RelationshipType("PROFITABLE_WHEN", "Skill", "Condition"),

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from klineage.schema.errors import LineageDocumentError
+from klineage.schema.evolution import evolution_relationships, kernel_names
 from klineage.schema.gate_result import GateResult
 from klineage.schema.graph import GraphBatch, Node, Relationship
 from klineage.schema.ids import canonical_json, content_id, kernel_sha
@@ -214,10 +215,13 @@ def lineage_to_batch(doc: LineageDocument) -> GraphBatch:
         Relationship("OF", lid, workload_id(d["workload"]["name"])),
         Relationship("STARTS_AT", lid, kernel_id(d["start"])),
     ]
+    names = kernel_names(d)
     for k in d["kernels"]:
         nodes.append(Node("Kernel", kernel_id(k["sha"]), {
             "sha": k["sha"], "source": k["source"], "features": dict(k.get("features") or {}),
-            "summary": k.get("summary", ""), "sample": doc.sample}))
+            "summary": k.get("summary", ""), "sample": doc.sample,
+            **({"name": names[k["sha"]]} if k["sha"] in names else {})}))
+    rels.extend(evolution_relationships(d, lid))
     for step in d["steps"]:
         sid = doc.step_id(step["index"])
         nodes.append(Node("Step", sid, {

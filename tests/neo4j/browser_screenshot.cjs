@@ -22,7 +22,53 @@ const CONFIG = {
   queryFile: process.env.QUERY_FILE,
   out: process.env.SCREENSHOT || 'neo4j-browser-lineage.png',
   timeoutMs: Number(process.env.TIMEOUT_MS || 90000),
+  arrangeChain: process.env.ARRANGE_CHAIN === '1',
 };
+
+// Lay a lineage chain out as a snake that reads left to right: drag the kernels captioned
+// "<workload> v<i>" in order of i onto rows (Browser pins a dragged node), and each other node (a
+// dead end) above the node it points to. Force layouts tangle a long chain; this only moves nodes.
+async function arrangeChain(page) {
+  const svg = await page.locator('svg').filter({ has: page.locator('g.node') }).first().boundingBox();
+  const centre = async (g) => {
+    const box = await g.locator('circle.b-outline').boundingBox();
+    return { x: box.x + box.width / 2, y: box.y + box.height / 2 };
+  };
+  const drag = async (g, to) => {
+    const from = await centre(g);
+    await page.mouse.move(from.x, from.y);
+    await page.mouse.down();
+    await page.mouse.move(to.x, to.y, { steps: 12 });
+    await page.mouse.up();
+    await page.waitForTimeout(150);
+  };
+  const all = await page.locator('svg g.node').all();
+  const chain = [];
+  const others = [];
+  for (const g of all) {
+    const text = await g.evaluate((el) => Array.from(el.querySelectorAll('text')).map((t) => t.textContent).join(' '));
+    const m = /\bv(\d+)\b/.exec(text);
+    if (m) chain.push({ g, i: Number(m[1]) }); else others.push(g);
+  }
+  chain.sort((a, b) => a.i - b.i);
+  const perRow = Math.ceil(chain.length / 2);
+  // the result frame's overview panel covers the right quarter of the canvas
+  const left = svg.x + svg.width * 0.08;
+  const step = (svg.width * 0.64) / Math.max(perRow - 1, 1);
+  const rows = [svg.y + svg.height * 0.3, svg.y + svg.height * 0.6];
+  const spots = chain.map((_, k) => {
+    const row = Math.floor(k / perRow);
+    const col = k % perRow;
+    return { x: row === 0 ? left + col * step : left + (perRow - 1 - col) * step, y: rows[row] };
+  });
+  for (let k = 0; k < chain.length; k++) await drag(chain[k].g, spots[k]);
+  const last = spots[spots.length - 1] || { x: svg.x + svg.width / 2, y: svg.y + svg.height / 2 };
+  for (let k = 0; k < others.length; k++) {
+    await drag(others[k], { x: last.x + (k - (others.length - 1) / 2) * 120, y: last.y + svg.height * 0.2 });
+  }
+  await page.mouse.click(svg.x + 20, svg.y + svg.height - 20);  // deselect
+  await page.waitForTimeout(1500);
+}
 
 // GraSS text -> the object Browser keeps in localStorage["neo4j.grass"] ({selector: {prop: value}}).
 function parseGrass(text) {
@@ -111,11 +157,19 @@ async function main() {
       await fullscreen.click({ timeout: 3000 }).catch(() => {});
     }
     await page.waitForTimeout(6000);
+    if (CONFIG.arrangeChain) {
+      await arrangeChain(page);
+    }
     result.nodes = await nodes.count();
     result.relationships = await page.locator('svg g.relationship').count();
     const fills = await page.locator('svg g.node circle.b-outline').evaluateAll(
       (els) => Array.from(new Set(els.map((e) => (e.getAttribute('fill') || '').toUpperCase()))));
     result.fills = fills;
+    // the captions drawn on the canvas (node and relationship text), so a test can read the picture
+    result.captions = await page.locator('svg g.relationship text').evaluateAll(
+      (els) => els.map((e) => (e.textContent || '').trim()).filter((t) => t));
+    result.nodeCaptions = await nodes.evaluateAll((els) => els.map(
+      (g) => Array.from(g.querySelectorAll('text')).map((t) => (t.textContent || '').trim()).join(' ').trim()));
     result.styled = grass ? Object.values(grass).some((r) => r.color && fills.includes(r.color.toUpperCase())) : null;
     result.ok = result.nodes > 0;
   } catch (err) {
