@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 from typing import Any, ClassVar
 
-from klineage.transforms._source import Edit, apply_edits, int_const, param_spans
+from klineage.transforms._source import Edit, int_const, param_spans
 from klineage.transforms._triton import (
     Kernel,
     Launch,
@@ -29,10 +29,9 @@ from klineage.transforms._triton import (
     tl_func,
     unique_name,
 )
-from klineage.transforms.operator import Anchor, Operator, Rewrite
-from klineage.transforms.operators._common import Module, anchor, grid_tuple, parse
-from klineage.transforms.operators._restore import check_params
-from klineage.transforms.operators.epilogue import _body, _launch_stmt, _next_stmt, split_kernel
+from klineage.transforms.operator import Anchor, Operator, Param, Rewrite, is_int
+from klineage.transforms.operators._common import Module, anchor, grid_tuple
+from klineage.transforms.operators._matmul import kernel_body, launch_stmt, next_stmt, split_kernel
 
 _MAKERS = {"empty", "empty_like", "zeros", "zeros_like"}
 
@@ -94,6 +93,7 @@ class SplitK(Operator):
         "with a host-created contiguous output"
     )
     default_params: ClassVar[dict[str, Any]] = {"split_k": 4}
+    params = (Param("split_k", lambda v: is_int(v) and v >= 2, "an int >= 2"),)
 
     # -- analysis
     def _candidate(self, m: Module, k: Kernel) -> tuple[Any, Launch, ast.For, str, ast.expr, str] | None:
@@ -117,7 +117,7 @@ class SplitK(Operator):
             return None
         la = lts[0]
         gt = grid_tuple(m, la)
-        if _launch_stmt(m, la) is None or gt is None or gt[1] is not None or len(gt[0].elts) > 2:  # type: ignore[attr-defined]
+        if launch_stmt(m, la) is None or gt is None or gt[1] is not None or len(gt[0].elts) > 2:  # type: ignore[attr-defined]
             return None
         if isinstance(la.grid, ast.Name) and sum(
             isinstance(n, ast.Name) and n.id == la.grid.id and isinstance(n.ctx, ast.Load)
@@ -139,10 +139,10 @@ class SplitK(Operator):
         by_name = {k.name: k for k in m.kernels}
         for k in m.launched:
             lts = m.launches_of(k)
-            if len(lts) != 1 or _launch_stmt(m, lts[0]) is None:
+            if len(lts) != 1 or launch_stmt(m, lts[0]) is None:
                 continue
             la = lts[0]
-            body = _body(k)
+            body = kernel_body(k)
             found = self._pid_k(m, k, body)
             if found is None:
                 continue
@@ -151,7 +151,7 @@ class SplitK(Operator):
                          and self._split_range(range_call(lp, m.al), pid_k, split) is not None), None)  # type: ignore[arg-type]
             if loop is None:
                 continue
-            nxt = _next_stmt(la.func, la.stmt)  # type: ignore[arg-type]
+            nxt = next_stmt(la.func, la.stmt)  # type: ignore[arg-type]
             red = next((x for x in m.launches if isinstance(nxt, ast.Expr) and x.call is nxt.value), None)
             if red is None or red.kernel not in by_name or not self._is_reduce(m, by_name[red.kernel]):
                 continue
@@ -213,11 +213,8 @@ class SplitK(Operator):
         )
 
     # -- directions
-    def detect(self, source: str) -> list[Anchor]:
+    def _detect(self, m: Module) -> list[Anchor]:
         """The split-k form apply writes (present); matmul kernels apply can split (applicable)."""
-        m = parse(source)
-        if m is None:
-            return []
         found = self._split_form(m)
         out = [anchor("present", f["kernel"].node, f"{f['kernel'].name} splits K over programs", f["kernel"])
                for f in found]
@@ -227,14 +224,10 @@ class SplitK(Operator):
                 out.append(anchor("applicable", k.node, f"{k.name}: one K loop, a tuple grid", k))
         return out
 
-    def apply(self, source: str, split_k: int = 4, **params: Any) -> Rewrite | None:
+    def _apply(self, m: Module, split_k: int = 4) -> Rewrite | None:
         """Split the K loop of each recognised matmul kernel over ``split_k`` programs (a new last grid
         axis), with fp32 partials in a workspace and a reduction kernel summing them in order."""
-        check_params(self.id, params, ())
-        if not isinstance(split_k, int) or isinstance(split_k, bool) or split_k < 2:
-            raise ValueError(f"split-k.apply: split_k must be an int >= 2, got {split_k!r}")
-        m = parse(source)
-        if m is None or "torch" not in {
+        if "torch" not in {
             a.asname or a.name for n in m.src.tree.body if isinstance(n, ast.Import) for a in n.names
         }:
             return None
@@ -245,7 +238,7 @@ class SplitK(Operator):
             if cand is None:
                 continue
             _sp, la, loop, out, grid, host_out = cand
-            body = _body(k)
+            body = kernel_body(k)
             pid_k = unique_name(m.src.tree, "pid_k")
             split = unique_name(m.src.tree, "SPLIT_K")
             numel = unique_name(m.src.tree, "split_numel")
@@ -293,20 +286,15 @@ class SplitK(Operator):
                 f"        acc += {tl}.load(ws_ptr + s * n + offs, mask=mask, other=0.0)\n"
                 f"    {tl}.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)\n"
             )))
-        if not edits:
-            return None
-        return self._rewrite(source, apply_edits(source, edits), {"split_k": split_k}, "apply")
+        return self._edited(m, edits, {"split_k": split_k}, "apply")
 
-    def simplify(self, source: str) -> Rewrite | None:
+    def _simplify(self, m: Module) -> Rewrite | None:
         """Remove the split-k form apply writes: the reduction kernel and its launch, the workspace,
         the program axis, the K-loop split and the two kernel parameters."""
-        m = parse(source)
-        if m is None:
-            return None
         edits: list[Edit] = []
         for f in self._split_form(m):
             k, la = f["kernel"], f["launch"]
-            body = _body(k)
+            body = kernel_body(k)
             i = f["body_index"]
             edits.append(Edit(*m.src.line_span(body[i].lineno, body[i + 1].end_lineno or body[i + 1].lineno), ""))
             rc = range_call(f["loop"], m.al)
@@ -332,6 +320,4 @@ class SplitK(Operator):
             while first > 1 and m.src.lines[first - 2].strip() == "":
                 first -= 1
             edits.append(Edit(m.src.line_span(first, first)[0], m.src.line_span(last, last)[1], ""))
-        if not edits:
-            return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+        return self._edited(m, edits, {}, "simplify")

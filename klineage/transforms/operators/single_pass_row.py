@@ -1,4 +1,4 @@
-"""Row-structure operators: single-pass-row (rows that fit are held whole in registers and read
+"""The single-pass-row operator: rows that fit are held whole in registers and read
 once; longer rows keep the column-looped kernel).
 
 ``simplify`` takes the host dispatch ``if next_power_of_2(n_cols) <= SINGLE_PASS_MAX: <single-pass
@@ -30,9 +30,8 @@ from klineage.transforms._triton import (
     triton_func,
     unique_name,
 )
-from klineage.transforms.operator import Anchor, Operator, Rewrite
-from klineage.transforms.operators._common import Module, parse
-from klineage.transforms.operators._restore import check_params, hunks, require_list, rewrite_with_hunks
+from klineage.transforms.operator import Anchor, Operator, Param, Rewrite
+from klineage.transforms.operators._common import Module
 
 _SIDE_EFFECTS = {"store", "atomic_add", "atomic_max", "atomic_min", "atomic_cas", "atomic_xchg",
                  "atomic_and", "atomic_or", "atomic_xor", "device_print", "device_assert", "debug_barrier"}
@@ -459,14 +458,13 @@ class SinglePassRow(Operator):
         "(for off in range(0, n_cols, BLOCK)), reading the row once per pass (max/sum/write, "
         "mean/var/normalize), with no host dispatch to a whole-row kernel for rows that fit"
     )
+    params = (Param("max_cols"),)
+    record = "code"
     default_params: ClassVar[Mapping[str, Any]] = {"max_cols": 8192}
 
-    def detect(self, source: str) -> list[Anchor]:
+    def _detect(self, m: Module) -> list[Anchor]:
         """The host dispatch to a single-pass kernel (present); a column-looped row kernel
         (applicable)."""
-        m = parse(source)
-        if m is None:
-            return []
         out = []
         for d in _dispatches(m):
             out.append(Anchor(
@@ -483,12 +481,9 @@ class SinglePassRow(Operator):
         return out
 
     # -- simplify: always take the looped path
-    def simplify(self, source: str) -> Rewrite | None:
+    def _simplify(self, m: Module) -> Rewrite | None:
         """Replace the dispatch by its looped branch and delete what only the single-pass branch
         used: the single-pass kernel, module constants and helpers, host locals."""
-        m = parse(source)
-        if m is None:
-            return None
         found = _dispatches(m)
         if not found:
             return None
@@ -508,10 +503,9 @@ class SinglePassRow(Operator):
         for st in dead:
             edits.append(self._delete(m, st))
         try:
-            after = apply_edits(source, edits)
-        except ValueError:
+            return self._removed(m, edits)
+        except ValueError:  # overlapping edits
             return None
-        return self._rewrite(source, after, {"code": hunks(source, edits)}, "simplify")
 
     @staticmethod
     def _dead(m: Module, d: _Dispatch, removed: list[ast.AST]) -> list[ast.stmt]:
@@ -573,22 +567,13 @@ class SinglePassRow(Operator):
                 first -= 1
         return Edit(*m.src.line_span(first, last), "")
 
-    # -- apply
-    def apply(
-        self, source: str, code: list[dict[str, Any]] | None = None, max_cols: int | None = None, **params: Any
-    ) -> Rewrite | None:
+    def _apply(self, m: Module, max_cols: int | None = None) -> Rewrite | None:
         """Add a single-pass kernel and the host dispatch to it (rows up to ``max_cols`` columns,
         default 8192) in front of a column-looped row kernel's launch. With the ``code`` simplify
         recorded, the expert's dispatch, kernel and constants go back exactly."""
-        check_params(self.id, params, ())
-        if require_list(self.id, "code", code) is not None:
-            return rewrite_with_hunks(self, source, code, {"code": code})
         limit = int(self.default_params["max_cols"] if max_cols is None else max_cols)
         if limit < 1:
             raise ValueError(f"{self.id}.apply: max_cols must be positive, got {limit}")
-        m = parse(source)
-        if m is None:
-            return None
         found = _looped(m)
         if not found:
             return None
@@ -640,7 +625,6 @@ class SinglePassRow(Operator):
         at = m.src.line_span(*m.src.stmt_lines(imports[-1]))[1]
         edits.append(Edit(at, at, f"\n{const} = {limit}  # widest row held whole in registers; longer rows loop\n"))
         try:
-            after = apply_edits(source, edits)
-        except ValueError:
+            return self._edited(m, edits, {"max_cols": limit}, "apply")
+        except ValueError:  # overlapping edits
             return None
-        return self._rewrite(source, after, {"max_cols": limit}, "apply")
