@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from klineage.transforms._module import Module, parse  # noqa: F401 (parse: re-exported for callers)
-from klineage.transforms._source import Edit, int_const, reindent
+from klineage.transforms._source import Edit, int_const
 from klineage.transforms._triton import Kernel, Launch, Site, single_value, tl_func
 from klineage.transforms.operator import Anchor
 
@@ -49,12 +49,6 @@ def int_value(site: Site) -> int | None:
     return int_const(site.node)
 
 
-def set_int(m: Module, site: Site, value: int) -> Edit:
-    """Edit writing ``value`` at a site (replacing its expression)."""
-    start, end = m.src.span(site.node)
-    return Edit(start, end, str(value))
-
-
 def param_default(kernel: Kernel, name: str) -> ast.expr | None:
     """The default value node of a kernel parameter, else None."""
     args = kernel.node.args
@@ -67,22 +61,6 @@ def param_default(kernel: Kernel, name: str) -> ast.expr | None:
         if a.arg == name:
             return d
     return None
-
-
-def dedent_block(m: Module, stmts: list[ast.stmt], old_indent: str, new_indent: str) -> str:
-    """Text of whole-line statements re-indented from ``old_indent`` to ``new_indent``."""
-    first, last = m.src.stmt_lines(stmts[0])[0], m.src.stmt_lines(stmts[-1])[1]
-    start, end = m.src.line_span(first, last)
-    return reindent(m.src.text[start:end], old_indent, new_indent)
-
-
-def local_value(launch: Launch, node: ast.expr) -> ast.expr:
-    """Follow a Name passed at a launch to its single local assignment."""
-    if isinstance(node, ast.Name):
-        v = single_value(launch.func, node.id)
-        if v is not None:
-            return v
-    return node
 
 
 def grid_tuple(m: Module, launch: Launch) -> tuple[ast.expr, str | None] | None:

@@ -153,4 +153,3 @@ def _config_kwargs(m: Module, cfg: ast.Call, env: dict[str, str]) -> list[tuple[
         elif kw.arg not in ("kwargs",):
             return None  # pre_hook and friends: do not guess
     return out
-

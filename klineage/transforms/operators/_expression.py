@@ -49,7 +49,6 @@ def const_value(m: Module, node: ast.expr) -> float | None:
     return None
 
 
-
 class ExpressionRewrite(Operator):
     """An operator that rewrites expressions in place. Subclasses say which edits remove the
     optimization (``_simplify_edits``) and which add it (``_apply_edits``); ``simplify`` records the

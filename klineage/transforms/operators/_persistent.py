@@ -365,5 +365,3 @@ class PersistentLoop(Operator):
                 edits += self._launch_edits(m, la, lambda _elt, work=work: work, per_sm)
                 edits.append(add_keyword(m.src, la.call, f"{work}={work}"))
         return self._edited(m, merge_appends(edits), {"programs_per_sm": per_sm}, "apply")
-
-

@@ -4,6 +4,7 @@ the matmul's store (one kernel, one write of the tile)."""
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 
 from klineage.transforms._module import Module
 from klineage.transforms._source import Edit
@@ -19,6 +20,19 @@ from klineage.transforms.operators._matmul import (
     split_kernel,
     store_call,
 )
+
+
+@dataclass(frozen=True)
+class UnfusedPair:
+    """A matmul (its split and launch) and the epilogue kernel launched right after it, which
+    reloads the matmul's output at ``body[reload]`` and stores it back at ``body[store]``."""
+
+    matmul: MatmulSplit
+    matmul_launch: Launch
+    epilogue: Kernel
+    epilogue_launch: Launch
+    reload: int
+    store: int
 
 
 class EpilogueFusion(Operator):
@@ -54,9 +68,8 @@ class EpilogueFusion(Operator):
             out.append((sp, la))
         return out
 
-    def _pairs(self, m: Module) -> list[tuple[MatmulSplit, Launch, Kernel, Launch, int, int]]:
-        """(matmul split, its launch, epilogue kernel, its launch, index of the reload in the
-        epilogue kernel's body, index of its final store) for each recognised unfused pair."""
+    def _pairs(self, m: Module) -> list[UnfusedPair]:
+        """Each recognised unfused matmul + epilogue-kernel pair."""
         out = []
         by_name = {k.name: k for k in m.kernels}
         for sp, la in self._unfused_candidates(m):
@@ -77,7 +90,7 @@ class EpilogueFusion(Operator):
                 continue
             found = self._reload(m, sp, k2)
             if found is not None:
-                out.append((sp, la, k2, la2, *found))
+                out.append(UnfusedPair(sp, la, k2, la2, *found))
         return out
 
     def _unfused_candidates(self, m: Module) -> list[tuple[MatmulSplit, Launch]]:
@@ -147,8 +160,9 @@ class EpilogueFusion(Operator):
         out = [anchor("present", sp.kernel.node, f"{sp.kernel.name} applies its epilogue to the accumulator",
                       sp.kernel) for sp, _ in self._fused(m)]
         out += [
-            anchor("applicable", la2.call, f"{k2.name} reloads {sp.kernel.name}'s output tile", sp.kernel)
-            for sp, _la, k2, la2, _i, _j in self._pairs(m)
+            anchor("applicable", p.epilogue_launch.call,
+                   f"{p.epilogue.name} reloads {p.matmul.kernel.name}'s output tile", p.matmul.kernel)
+            for p in self._pairs(m)
         ]
         return out
 
@@ -197,7 +211,8 @@ class EpilogueFusion(Operator):
         reload and the store move before the matmul's store (on the fp32 accumulator), and the
         epilogue kernel and its launch go. None when no pair is recognised."""
         edits: list[Edit] = []
-        for sp, _la, k2, la2, i, j in self._pairs(m):
+        for p in self._pairs(m):
+            sp, k2, la2, i, j = p.matmul, p.epilogue, p.epilogue_launch, p.reload, p.store
             body = kernel_body(k2)
             epi = "".join(self._lines(m, st) for st in body[i + 1 : j])
             if m.src.indent_of(body[i + 1].lineno) != m.src.indent_of(sp.store.lineno):

@@ -236,5 +236,3 @@ class MaskElision(Operator):
             for flag in conds.values():
                 edits.append(add_param(m.src, k.node, f"{flag}: {m.tl}.constexpr"))
         return self._edited(m, merge_appends(edits), {}, "apply")
-
-

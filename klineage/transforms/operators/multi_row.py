@@ -179,5 +179,3 @@ def _assigned_after(func: ast.AST | None, expr: ast.expr, line: int) -> bool:
             if any(isinstance(t, ast.Name) and t.id in names for tgt in targets for t in ast.walk(tgt)):
                 return True
     return False
-
-

@@ -15,6 +15,7 @@ have to move after the reduction. ``simplify`` recognises that form and removes 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from klineage.transforms._source import Edit, int_const, param_spans
@@ -77,6 +78,47 @@ def _is_pointer(k: Kernel, name: str) -> bool:
     return added and not compared
 
 
+@dataclass(frozen=True)
+class SplitCandidate:
+    """What ``apply`` rewrites in one matmul kernel: its launch, K loop, output parameter, the grid
+    tuple and the host name of the output tensor."""
+
+    launch: Launch
+    loop: ast.For
+    out_param: str
+    grid: ast.expr
+    host_out: str
+
+
+@dataclass(frozen=True)
+class PidK:
+    """``pid_k = tl.program_id(a)`` at ``body[index]`` followed by ``ptr = ptr + pid_k * numel``;
+    ``split`` is the SPLIT_K constexpr parameter."""
+
+    index: int
+    pid_k: str
+    ptr: str
+    numel: str
+    split: str
+
+
+@dataclass(frozen=True)
+class SplitForm:
+    """The split-k form ``apply`` writes, with the nodes ``simplify`` edits."""
+
+    kernel: Kernel
+    launch: Launch
+    body_index: int
+    loop: ast.For
+    numel: str
+    split: str
+    reduce: Kernel
+    reduce_launch: Launch
+    ws: ast.Name
+    ws_assign: ast.Assign
+    grid: ast.expr
+
+
 class SplitK(Operator):
     """K partitioned across programs, fp32 partials reduced by a second kernel."""
 
@@ -96,8 +138,9 @@ class SplitK(Operator):
     params = (Param("split_k", lambda v: is_int(v) and v >= 2, "an int >= 2"),)
 
     # -- analysis
-    def _candidate(self, m: Module, k: Kernel) -> tuple[Any, Launch, ast.For, str, ast.expr, str] | None:
-        """(split, launch, K loop, output param, grid tuple, host output name)."""
+    def _candidate(self, m: Module, k: Kernel) -> SplitCandidate | None:
+        """A matmul kernel ``apply`` can split: one K loop from 0, no epilogue, one launch with a plain
+        tuple grid of its own, the output a fresh torch tensor."""
         if k.autotune is not None or k.heuristics is not None:
             return None
         sp = split_kernel(m, k)
@@ -131,9 +174,9 @@ class SplitK(Operator):
         if not (isinstance(made, ast.Call) and (dotted(made.func) or "").startswith("torch.")
                 and (dotted(made.func) or "").rpartition(".")[2] in _MAKERS):
             return None
-        return sp, la, sp.loop, out, gt[0], arg.id
+        return SplitCandidate(la, sp.loop, out, gt[0], arg.id)
 
-    def _split_form(self, m: Module) -> list[dict[str, Any]]:
+    def _split_form(self, m: Module) -> list[SplitForm]:
         """Recognised split-k forms (what apply writes), with the nodes simplify edits."""
         out = []
         by_name = {k.name: k for k in m.kernels}
@@ -146,7 +189,7 @@ class SplitK(Operator):
             found = self._pid_k(m, k, body)
             if found is None:
                 continue
-            i, pid_k, ptr, numel, split = found
+            i, pid_k, ptr, numel, split = found.index, found.pid_k, found.ptr, found.numel, found.split
             loop = next((lp for lp in ast.walk(k.node) if isinstance(lp, ast.For) and range_call(lp, m.al) is not None
                          and self._split_range(range_call(lp, m.al), pid_k, split) is not None), None)  # type: ignore[arg-type]
             if loop is None:
@@ -165,12 +208,10 @@ class SplitK(Operator):
                               and st.targets[0].id == ws.id), None)
             if ws_assign is None or kwarg(la.call, numel) is None or kwarg(la.call, split) is None:
                 continue
-            out.append({"kernel": k, "launch": la, "body_index": i, "loop": loop, "ptr": ptr, "numel": numel,
-                        "split": split, "reduce": by_name[red.kernel], "reduce_launch": red, "ws": ws,
-                        "ws_assign": ws_assign, "grid": gt[0]})
+            out.append(SplitForm(k, la, i, loop, numel, split, by_name[red.kernel], red, ws, ws_assign, gt[0]))
         return out
 
-    def _pid_k(self, m: Module, k: Kernel, body: list[ast.stmt]) -> tuple[int, str, str, str, str] | None:
+    def _pid_k(self, m: Module, k: Kernel, body: list[ast.stmt]) -> PidK | None:
         """``pid_k = tl.program_id(a)`` followed by ``ptr = ptr + pid_k * numel``."""
         cex = set(k.constexprs)
         params = [p.name for p in k.params]
@@ -188,7 +229,7 @@ class SplitK(Operator):
                 split = params[-1] if params and params[-1] in cex else None
                 if split is None or params[-2] != v.right.right.id:
                     return None
-                return i, st.targets[0].id, nx.targets[0].id, v.right.right.id, split
+                return PidK(i, st.targets[0].id, nx.targets[0].id, v.right.right.id, split)
         return None
 
     @staticmethod
@@ -216,9 +257,9 @@ class SplitK(Operator):
     def _detect(self, m: Module) -> list[Anchor]:
         """The split-k form apply writes (present); matmul kernels apply can split (applicable)."""
         found = self._split_form(m)
-        out = [anchor("present", f["kernel"].node, f"{f['kernel'].name} splits K over programs", f["kernel"])
+        out = [anchor("present", f.kernel.node, f"{f.kernel.name} splits K over programs", f.kernel)
                for f in found]
-        done = {f["kernel"].name for f in found} | {f["reduce"].name for f in found}
+        done = {f.kernel.name for f in found} | {f.reduce.name for f in found}
         for k in m.launched:
             if k.name not in done and self._candidate(m, k) is not None:
                 out.append(anchor("applicable", k.node, f"{k.name}: one K loop, a tuple grid", k))
@@ -237,7 +278,7 @@ class SplitK(Operator):
             cand = self._candidate(m, k)
             if cand is None:
                 continue
-            _sp, la, loop, out, grid, host_out = cand
+            la, loop, out, grid, host_out = cand.launch, cand.loop, cand.out_param, cand.grid, cand.host_out
             body = kernel_body(k)
             pid_k = unique_name(m.src.tree, "pid_k")
             split = unique_name(m.src.tree, "SPLIT_K")
@@ -293,29 +334,29 @@ class SplitK(Operator):
         the program axis, the K-loop split and the two kernel parameters."""
         edits: list[Edit] = []
         for f in self._split_form(m):
-            k, la = f["kernel"], f["launch"]
+            k, la = f.kernel, f.launch
             body = kernel_body(k)
-            i = f["body_index"]
+            i = f.body_index
             edits.append(Edit(*m.src.line_span(body[i].lineno, body[i + 1].end_lineno or body[i + 1].lineno), ""))
-            rc = range_call(f["loop"], m.al)
-            step, _stop = self._split_range(rc, body[i].targets[0].id, f["split"])  # type: ignore[arg-type]
+            rc = range_call(f.loop, m.al)
+            step, _stop = self._split_range(rc, body[i].targets[0].id, f.split)  # type: ignore[arg-type]
             edits.append(Edit(*m.src.span(rc.args[0]), "0"))  # type: ignore[union-attr]
             edits.append(Edit(*m.src.span(rc.args[2]), m.src.seg(step)))  # type: ignore[union-attr]
             spans = param_spans(m.src, k.node)
             edits.append(Edit(spans[-3][1], spans[-1][1], ""))
-            elts = f["grid"].elts
+            elts = f.grid.elts
             edits.append(Edit(m.src.span(elts[-2])[1], m.src.span(elts[-1])[1], ""))
-            red_la = f["reduce_launch"]
+            red_la = f.reduce_launch
             host_out = m.src.seg(red_la.call.args[1])
-            edits.append(Edit(*m.src.span(f["ws"]), host_out))
-            kws = [kw for kw in la.call.keywords if kw.arg in (f["numel"], f["split"])]
+            edits.append(Edit(*m.src.span(f.ws), host_out))
+            kws = [kw for kw in la.call.keywords if kw.arg in (f.numel, f.split)]
             prev_end = max(m.src.span(x)[1] for x in [*la.call.args, *[kw for kw in la.call.keywords if kw not in kws]])
             edits.append(Edit(prev_end, max(m.src.span(kw)[1] for kw in kws), ""))
-            ws_st = f["ws_assign"]
+            ws_st = f.ws_assign
             edits.append(Edit(*m.src.line_span(ws_st.lineno, ws_st.end_lineno or ws_st.lineno), ""))
             rs = red_la.stmt
             edits.append(Edit(*m.src.line_span(rs.lineno, rs.end_lineno or rs.lineno), ""))
-            r = f["reduce"]
+            r = f.reduce
             first, last = m.src.stmt_lines(r.node)
             while first > 1 and m.src.lines[first - 2].strip() == "":
                 first -= 1
