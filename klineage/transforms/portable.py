@@ -13,9 +13,10 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from klineage.transforms._module import Module, parse
 from klineage.transforms._source import int_const, str_const
 from klineage.transforms._triton import autotune_configs, kwarg, single_value, tl_func
-from klineage.transforms.operators._common import Module, param_default, parse
+from klineage.transforms.operators._common import param_default
 from klineage.transforms.operators._configs import pinned_configs
 from klineage.transforms.operators._roles import ROLES, kernel_roles
 from klineage.transforms.registry import operator_ids

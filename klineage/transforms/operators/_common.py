@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from klineage.transforms._module import Module, parse  # noqa: F401 (parse: re-exported for callers)
+from klineage.transforms._module import Module
 from klineage.transforms._source import Edit, int_const
 from klineage.transforms._triton import Kernel, Launch, Site, single_value, tl_func
 from klineage.transforms.operator import Anchor

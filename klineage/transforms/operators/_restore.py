@@ -16,10 +16,12 @@ Three kinds of records, all JSON-serialisable (str/int/list/dict):
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from klineage.transforms._module import Module
 from klineage.transforms._source import Edit, Src, call_items
+from klineage.transforms._triton import Kernel, autotune_configs, loops, range_call, tl_func
 
 # ------------------------------------------------------------------------------------------ keywords
 
@@ -64,11 +66,9 @@ def kw_insert(src: Src, call: ast.Call, name: str, rec: Mapping[str, Any]) -> Ed
 # ------------------------------------------------------------------------------------- call locators
 
 
-def kernel_calls(m: Any, k: Any) -> dict[str, list[ast.Call]]:
+def kernel_calls(m: Module, k: Kernel) -> dict[str, list[ast.Call]]:
     """The calls of one kernel a tuning record can point at, by kind: its autotune ``Config``s, its
     launches, the ``tl.range`` calls of its loops and its ``tl.load``/``tl.store`` calls (source order)."""
-    from klineage.transforms._triton import autotune_configs, loops, range_call, tl_func
-
     ranges = [rc for lp in loops(k.node) if (rc := range_call(lp, m.al)) is not None]
     mem = [n for n in ast.walk(k.node) if tl_func(n, m.al) in ("load", "store")]
     return {
@@ -79,7 +79,7 @@ def kernel_calls(m: Any, k: Any) -> dict[str, list[ast.Call]]:
     }
 
 
-def where(m: Any, k: Any, call: ast.Call) -> dict[str, Any]:
+def where(m: Module, k: Kernel, call: ast.Call) -> dict[str, Any]:
     """``{"kernel", "at", "index"}`` locating ``call`` among ``kernel_calls``."""
     for kind, calls in kernel_calls(m, k).items():
         for i, c in enumerate(calls):
@@ -88,9 +88,9 @@ def where(m: Any, k: Any, call: ast.Call) -> dict[str, Any]:
     raise LookupError("call not found among the kernel's calls")
 
 
-def find_call(m: Any, rec: Mapping[str, Any]) -> ast.Call | None:
+def find_call(m: Module, rec: Mapping[str, Any]) -> ast.Call | None:
     """The call a ``where`` record points at in (another version of) the module, else None."""
-    k = next((k for k in m.kernels if k.name == rec.get("kernel")), None)
+    k = m.kernel(rec.get("kernel"))
     if k is None:
         return None
     calls = kernel_calls(m, k).get(str(rec.get("at")), [])
@@ -98,7 +98,7 @@ def find_call(m: Any, rec: Mapping[str, Any]) -> ast.Call | None:
     return calls[i] if isinstance(i, int) and 0 <= i < len(calls) else None
 
 
-def restore_keywords(m: Any, name: str, sites: Sequence[Mapping[str, Any]]) -> list[Edit] | None:
+def restore_keywords(m: Module, name: str, sites: Sequence[Mapping[str, Any]]) -> list[Edit] | None:
     """Edits putting keyword ``name`` back at every recorded call (None: a call is not found or
     already has the keyword)."""
     edits = []
@@ -109,3 +109,20 @@ def restore_keywords(m: Any, name: str, sites: Sequence[Mapping[str, Any]]) -> l
             return None
         edits.append(e)
     return edits
+
+
+def indexed_site_edits(
+    m: Module, recorded: Sequence[Mapping[str, Any]], sites_of: Callable[[Kernel], list[tuple[str, ast.expr]]]
+) -> list[Edit] | None:
+    """Edits writing back records ``{"kernel", "index", "name", "value"}``: the ``index``-th of
+    ``sites_of(kernel)`` (``(parameter name, value node)`` in the order simplify numbered them) gets
+    ``value``. None when a kernel or site is missing or names another parameter."""
+    edits = []
+    for rec in recorded:
+        k = m.kernel(rec.get("kernel"))
+        ks = sites_of(k) if k is not None else []
+        j = rec.get("index")
+        if not isinstance(j, int) or not 0 <= j < len(ks) or ks[j][0] != rec.get("name"):
+            return None
+        edits.append(Edit(*m.src.span(ks[j][1]), str(rec["value"])))
+    return list(dict.fromkeys(edits))

@@ -9,6 +9,7 @@ from klineage.transforms._source import Edit
 from klineage.transforms._triton import Kernel, tl_func
 from klineage.transforms.operator import Anchor, Operator, Rewrite
 from klineage.transforms.operators._common import anchor
+from klineage.transforms.operators._statements import assign
 
 _HINTS = ("multiple_of", "max_contiguous")
 
@@ -37,13 +38,9 @@ class ContiguityHints(Operator):
         out = []
         for k in m.kernels:
             for st in ast.walk(k.node):
-                if not (
-                    isinstance(st, ast.Assign)
-                    and len(st.targets) == 1
-                    and isinstance(st.targets[0], ast.Name)
-                ):
+                if assign(st) is None:  # type: ignore[arg-type]
                     continue
-                v = st.value
+                v = st.value  # type: ignore[attr-defined]
                 if not (isinstance(v, ast.BinOp) and isinstance(v.op, ast.Add)):
                     continue
                 for mul, ar in ((v.left, v.right), (v.right, v.left)):

@@ -54,25 +54,30 @@ class EpilogueFusion(Operator):
     # -- analysis
     def _fused(self, m: Module) -> list[tuple[MatmulSplit, Launch]]:
         """Gemm-like kernels with epilogue statements that simplify can split out, with their launch."""
+        return self._matmuls(m, with_epilogue=True)
+
+    @staticmethod
+    def _matmuls(m: Module, with_epilogue: bool) -> list[tuple[MatmulSplit, Launch]]:
+        """Launched gemm-like kernels (no autotune / heuristics, no cast of the accumulator, one plain
+        launch) with (``with_epilogue``) or without statements between the K loop and the store."""
         out = []
         for k in m.launched:
             if k.autotune is not None or k.heuristics is not None:
                 continue
             sp = split_kernel(m, k)
             lts = m.launches_of(k)
-            if sp is None or sp.cast is not None or not sp.epilogue or len(lts) != 1:
+            if sp is None or sp.cast is not None or bool(sp.epilogue) != with_epilogue or len(lts) != 1:
                 continue
-            la = lts[0]
-            if launch_stmt(m, la) is None or not plain_grid(m, la):
+            if launch_stmt(m, lts[0]) is None or not plain_grid(m, lts[0]):
                 continue
-            out.append((sp, la))
+            out.append((sp, lts[0]))
         return out
 
     def _pairs(self, m: Module) -> list[UnfusedPair]:
         """Each recognised unfused matmul + epilogue-kernel pair."""
         out = []
         by_name = {k.name: k for k in m.kernels}
-        for sp, la in self._unfused_candidates(m):
+        for sp, la in self._matmuls(m, with_epilogue=False):
             nxt = next_stmt(la.func, la.stmt)  # type: ignore[arg-type]
             if not (isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Call)):
                 continue
@@ -91,20 +96,6 @@ class EpilogueFusion(Operator):
             found = self._reload(m, sp, k2)
             if found is not None:
                 out.append(UnfusedPair(sp, la, k2, la2, *found))
-        return out
-
-    def _unfused_candidates(self, m: Module) -> list[tuple[MatmulSplit, Launch]]:
-        out = []
-        for k in m.launched:
-            if k.autotune is not None or k.heuristics is not None:
-                continue
-            sp = split_kernel(m, k)
-            lts = m.launches_of(k)
-            if sp is None or sp.cast is not None or sp.epilogue or len(lts) != 1:
-                continue
-            if launch_stmt(m, lts[0]) is None or not plain_grid(m, lts[0]):
-                continue
-            out.append((sp, lts[0]))
         return out
 
     @staticmethod

@@ -12,6 +12,8 @@ from klineage.transforms._triton import Kernel, kwarg, loops, tl_func, unique_na
 from klineage.transforms.features import dot_loops, pid_derived
 from klineage.transforms.operator import Anchor, Operator, Param, Rewrite, is_int
 from klineage.transforms.operators._common import anchor, has_dot, int_value, param_default
+from klineage.transforms.operators._restore import indexed_site_edits
+from klineage.transforms.operators._statements import assign
 
 
 class GroupedOrder(Operator):
@@ -53,13 +55,9 @@ class GroupedOrder(Operator):
             mods: dict[tuple[str, str], ast.Assign] = {}
             pids: dict[int, ast.Assign] = {}
             for st in body:
-                if not (
-                    isinstance(st, ast.Assign)
-                    and len(st.targets) == 1
-                    and isinstance(st.targets[0], ast.Name)
-                ):
+                if assign(st) is None:  # type: ignore[arg-type]
                     continue
-                v = st.value
+                v = st.value  # type: ignore[attr-defined]
                 if (
                     isinstance(v, ast.BinOp)
                     and isinstance(v.left, ast.Name)
@@ -110,15 +108,7 @@ class GroupedOrder(Operator):
         self, m: Module, recorded: list[dict[str, Any]], params: Mapping[str, Any]
     ) -> list[Edit] | None:
         """The expert's group size written back at each recorded site."""
-        edits = []
-        for rec in recorded:
-            k = m.kernel(rec.get("kernel"))
-            ks = self._sites(m, k) if k is not None else []
-            j = rec.get("index")
-            if not isinstance(j, int) or not 0 <= j < len(ks) or ks[j][0] != rec.get("name"):
-                return None
-            edits.append(Edit(*m.src.span(ks[j][1]), str(rec["value"])))
-        return edits
+        return indexed_site_edits(m, recorded, lambda k: self._sites(m, k))
 
     def _apply(self, m: Module, group_size: int = 8, group_size_m: int | None = None) -> Rewrite | None:
         """Raise a GROUP_SIZE of 1 to ``group_size``, or insert the swizzle in place of a row-major

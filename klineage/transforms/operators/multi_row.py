@@ -20,6 +20,7 @@ from klineage.transforms._triton import (
 )
 from klineage.transforms.operator import Anchor, Operator, Param, Rewrite
 from klineage.transforms.operators._common import anchor, has_dot
+from klineage.transforms.operators._restore import indexed_site_edits
 
 
 class MultiRow(Operator):
@@ -143,15 +144,7 @@ class MultiRow(Operator):
         self, m: Module, recorded: list[dict[str, Any]], params: Mapping[str, Any]
     ) -> list[Edit] | None:
         """The expert's rows-per-program expression written back at each recorded site."""
-        redo = set()
-        for rec in recorded:
-            k = m.kernel(rec.get("kernel"))
-            ks = self._sites(m, k) if k is not None else []
-            j = rec.get("index")
-            if not isinstance(j, int) or not 0 <= j < len(ks) or ks[j][1] != rec.get("name"):
-                return None
-            redo.add(Edit(*m.src.span(ks[j][2]), str(rec["value"])))
-        return list(redo)
+        return indexed_site_edits(m, recorded, lambda k: [(p, v) for _la, p, v in self._sites(m, k)])
 
     def _apply(self, m: Module, tile_elems: int = 4096) -> Rewrite | None:
         """Rows per program = ``max(1, min(tile_elems // BLOCK, 16))`` where it is 1; with the

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from klineage.transforms._module import Module
 from klineage.transforms._source import Edit, Src, apply_edits, reindent
 from klineage.transforms._triton import (
     Kernel,
@@ -31,7 +32,6 @@ from klineage.transforms._triton import (
     unique_name,
 )
 from klineage.transforms.operator import Anchor, Operator, Param, Rewrite
-from klineage.transforms.operators._common import Module
 
 _SIDE_EFFECTS = {"store", "atomic_add", "atomic_max", "atomic_min", "atomic_cas", "atomic_xchg",
                  "atomic_and", "atomic_or", "atomic_xor", "device_print", "device_assert", "debug_barrier"}

@@ -18,6 +18,7 @@ import ast
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from klineage.transforms._module import Module
 from klineage.transforms._source import Edit, int_const, param_spans
 from klineage.transforms._triton import (
     Kernel,
@@ -31,7 +32,7 @@ from klineage.transforms._triton import (
     unique_name,
 )
 from klineage.transforms.operator import Anchor, Operator, Param, Rewrite, is_int
-from klineage.transforms.operators._common import Module, anchor, grid_tuple
+from klineage.transforms.operators._common import anchor, grid_tuple
 from klineage.transforms.operators._matmul import kernel_body, launch_stmt, next_stmt, split_kernel
 
 _MAKERS = {"empty", "empty_like", "zeros", "zeros_like"}
