@@ -28,14 +28,17 @@ class MatmulSplit:
 
 
 def names(node: ast.AST, ctx: type = ast.Load) -> set[str]:
+    """Names read (``ctx`` Load) or written (``ast.Store``) anywhere in ``node``."""
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ctx)}
 
 
 def targets(st: ast.stmt) -> set[str]:
+    """Names a statement assigns."""
     return names(st, ast.Store)
 
 
 def kernel_body(k: Kernel) -> list[ast.stmt]:
+    """The kernel's statements without its docstring."""
     body = list(k.node.body)
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]
@@ -43,12 +46,14 @@ def kernel_body(k: Kernel) -> list[ast.stmt]:
 
 
 def store_call(st: ast.stmt, m: Module) -> ast.Call | None:
+    """The ``tl.store`` call of an expression statement, else None."""
     if isinstance(st, ast.Expr) and tl_func(st.value, m.al) == "store":
         return st.value  # type: ignore[return-value]
     return None
 
 
 def stored_value(store: ast.Call) -> ast.expr | None:
+    """The value a ``tl.store`` writes, without a trailing ``.to(...)`` cast."""
     value = store.args[1] if len(store.args) > 1 else next(
         (kw.value for kw in store.keywords if kw.arg == "value"), None
     )
@@ -124,11 +129,13 @@ def launch_stmt(m: Module, la: Launch) -> ast.Expr | None:
 
 
 def plain_grid(m: Module, la: Launch) -> bool:
+    """True when the launch grid is a plain tuple (no meta function)."""
     gt = grid_tuple(m, la)
     return gt is not None and gt[1] is None
 
 
 def next_stmt(func: ast.FunctionDef, st: ast.stmt) -> ast.stmt | None:
+    """The statement right after ``st`` in its block of ``func``, else None."""
     for node in ast.walk(func):
         for field in ("body", "orelse"):
             block = getattr(node, field, None)

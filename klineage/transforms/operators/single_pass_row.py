@@ -344,6 +344,7 @@ class _Canon:
         return text if len(text) < 200 else "#" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
     def clobber(self, st: ast.stmt) -> None:
+        """Forget what the names ``st`` assigns stood for (they get fresh canonical names)."""
         for n in ast.walk(st):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                 self.env[n.id] = f"fresh{next(self.fresh)}"
