@@ -75,3 +75,8 @@ def assign(stmt: ast.stmt) -> tuple[str, ast.expr] | None:
 def uses(nodes: list[ast.AST], names: set[str]) -> bool:
     """True when any of ``nodes`` reads or writes one of ``names``."""
     return any(isinstance(n, ast.Name) and n.id in names for node in nodes for n in ast.walk(node))
+
+
+def all_names(nodes: list[ast.AST]) -> set[str]:
+    """Every name read or written anywhere in ``nodes``."""
+    return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name)}
