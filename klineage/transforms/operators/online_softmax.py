@@ -47,7 +47,7 @@ def _header(m: Module, stmt: ast.stmt) -> str | None:
 
 
 @dataclass(frozen=True)
-class _Online:
+class OnlineUpdate:
     """One online update inside a chunk body: ``new = max(m, r)`` [``g = where(new == -inf, 0, new)``]
     ``s = s * exp(m - g) + t`` ``m = new`` (body[start:end])."""
 
@@ -80,7 +80,7 @@ def _unscaled(arg: ast.expr) -> ast.expr:
     return _split_scale(arg)[0]
 
 
-def _online_update(m: Module, body: list[ast.stmt]) -> _Online | None:
+def _online_update(m: Module, body: list[ast.stmt]) -> OnlineUpdate | None:
     for i, st in enumerate(body):
         a = assign(st)
         if a is None or tl_func(a[1], m.al) != "maximum" or len(a[1].args) != 2:  # type: ignore[attr-defined]
@@ -116,7 +116,7 @@ def _online_update(m: Module, body: list[ast.stmt]) -> _Online | None:
         t = v.right
         if tl_func(t, m.al) != "sum" or uses([t], {s, run}) or not uses([t], {sub}):
             return None
-        return _Online(i, j + 2, run, s, new, sub, call.args[1], t)  # type: ignore[attr-defined]
+        return OnlineUpdate(i, j + 2, run, s, new, sub, call.args[1], t)  # type: ignore[attr-defined]
     return None
 
 
@@ -167,7 +167,7 @@ class OnlineRegion:
     body: list[ast.stmt]
     start: int
     end: int
-    updates: list[_Online]
+    updates: list[OnlineUpdate]
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ class OnlineSoftmax(Operator):
             for body in bodies(k.node):
                 i = 0
                 while i < len(body):
-                    run: list[_Online] = []
+                    run: list[OnlineUpdate] = []
                     j = i
                     while j < len(body) and _header(m, body[j]) is not None:
                         u = _online_update(m, body[j].body)  # type: ignore[attr-defined]
@@ -240,7 +240,7 @@ class OnlineSoftmax(Operator):
         return out
 
     @staticmethod
-    def _clean(m: Module, stmts: list[ast.stmt], ups: list[_Online]) -> bool:
+    def _clean(m: Module, stmts: list[ast.stmt], ups: list[OnlineUpdate]) -> bool:
         for st, u in zip(stmts, ups, strict=True):
             head = [st.iter, st.target] if isinstance(st, ast.For) else [st.test]  # type: ignore[attr-defined]
             names = {u.m, u.s, u.new, u.sub}
@@ -343,7 +343,7 @@ class OnlineSoftmax(Operator):
         return self._removed(m, edits)
 
     @staticmethod
-    def _region_text(m: Module, stmts: list[ast.stmt], ups: list[_Online], line: Any) -> str:
+    def _region_text(m: Module, stmts: list[ast.stmt], ups: list[OnlineUpdate], line: Any) -> str:
         start, end = stmt_span(m, stmts[0], stmts[-1])
         inner = []
         for st, u in zip(stmts, ups, strict=True):
