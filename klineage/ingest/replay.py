@@ -110,10 +110,7 @@ def replay_source(doc: Mapping[str, Any], recorded: bool = True) -> tuple[str, t
         fresh = op.simplify(sources[step["from"]]) if recorded and step["from"] in sources else None
         if fresh is not None and kernel_sha(fresh.source) == step["to"]:
             params = dict(fresh.params)
-        try:
-            rewrite = op.apply(source, **params)
-        except TypeError:  # parameters that name what simplify removed rather than what apply takes
-            rewrite = op.apply(source)
+        rewrite = op.apply(source, **params)  # a parameter apply does not take is an error (TypeError)
         if rewrite is None:
             log.append(ReplayStep(op.id, False, "apply found no place to add it"))
             continue

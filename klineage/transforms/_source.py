@@ -95,12 +95,6 @@ def apply_edits(text: str, edits: Iterable[Edit]) -> str:
     return "".join(out)
 
 
-def replace_node(src: Src, node: ast.AST, text: str) -> Edit:
-    """Edit that replaces a node's text."""
-    start, end = src.span(node)
-    return Edit(start, end, text)
-
-
 def remove_span_element(src: Src, spans: Sequence[tuple[int, int]], index: int) -> Edit:
     """Remove the ``index``-th of comma-separated items given by character spans (in source order)."""
     start, end = spans[index]
@@ -221,11 +215,6 @@ def int_const(node: ast.AST | None) -> int | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
         return node.value
     return None
-
-
-def names_in(node: ast.AST) -> set[str]:
-    """All ``Name`` ids used in a node."""
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
 def reindent(text: str, old: str, new: str) -> str:

@@ -186,12 +186,6 @@ def kernels(tree: ast.Module, al: Aliases | None = None) -> list[Kernel]:
     return out
 
 
-def launched_kernels(tree: ast.Module, ks: list[Kernel]) -> list[Kernel]:
-    """The kernels launched with ``kernel[grid](...)`` somewhere in the module (not pure helpers)."""
-    names = {launch.kernel for launch in launches(tree, ks)}
-    return [k for k in ks if k.name in names]
-
-
 @dataclass(frozen=True)
 class Launch:
     """A ``kernel[grid](args)`` call, or a call of a launch helper ``helper(kernel, grid, ..., *args)``.
@@ -420,11 +414,6 @@ def value_sites(src: Src, kernel: Kernel, name: str, al: Aliases) -> list[Site]:
     return out
 
 
-def int_sites(src: Src, kernel: Kernel, name: str, al: Aliases) -> list[Site]:
-    """``value_sites`` restricted to int literals."""
-    return [s for s in value_sites(src, kernel, name, al) if int_const(s.node) is not None]
-
-
 def kernel_calls(kernel: Kernel, al: Aliases, func: str) -> list[ast.Call]:
     """All ``tl.func(...)`` calls in a kernel body."""
     return [n for n in ast.walk(kernel.node) if tl_func(n, al) == func]
@@ -497,16 +486,6 @@ def loop_step_names(kernel: Kernel, al: Aliases) -> set[str]:
                 ):
                     out.add(n.args[1].id)
     return out
-
-
-def body_insert_point(src: Src, func: ast.FunctionDef) -> tuple[int, str]:
-    """Character offset of the start of a function's first body statement line and its indent
-    (after a docstring when present)."""
-    body = func.body
-    first = body[0]
-    if isinstance(first, ast.Expr) and str_const(first.value) is not None and len(body) > 1:
-        first = body[1]
-    return src.line_span(first.lineno, first.lineno)[0], src.indent_of(first.lineno)
 
 
 def program_id_axis(call: ast.AST, al: Aliases) -> int | None:

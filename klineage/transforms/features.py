@@ -12,7 +12,7 @@ import ast
 import re
 from typing import Any
 
-from klineage.transforms._source import Src, int_const, str_const
+from klineage.transforms._source import Src, int_const
 from klineage.transforms._triton import (
     Aliases,
     Kernel,
@@ -144,11 +144,6 @@ def pid_derived(kernel: ast.FunctionDef, al: Aliases, source: str = "program_id"
                         derived.add(n.id)
                         changed = True
     return derived
-
-
-def _is_block_name(name: str, suffix: str) -> bool:
-    up = name.upper()
-    return "BLOCK" in up and (up.endswith("_" + suffix) or (up.endswith(suffix) and up != "BLOCK"))
 
 
 def _block_values(src: Src, ks: list[Kernel], al: Aliases) -> dict[str, int | None]:
@@ -553,5 +548,3 @@ def kernel_summary(source: str) -> str:
 
 
 __all__ = ["KERNEL_FEATURES", "kernel_features", "kernel_summary", "pid_derived"]
-
-_ = str_const  # re-exported helper kept for operators

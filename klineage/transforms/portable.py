@@ -14,11 +14,12 @@ import ast
 from typing import Any
 
 from klineage.schema import pyast
+from klineage.transforms._module import Module, parse
 from klineage.transforms._source import int_const, str_const
 from klineage.transforms._triton import autotune_configs, kwarg, single_value, tl_func
-from klineage.transforms.operators._common import Module, param_default, parse
+from klineage.transforms.operators._common import param_default
+from klineage.transforms.operators._configs import pinned_configs
 from klineage.transforms.operators._roles import ROLES, kernel_roles
-from klineage.transforms.operators.tuning import _pinned_configs
 from klineage.transforms.registry import operator_ids
 
 #: The portable keys each operator's parameters are read into (other operators have none).
@@ -49,7 +50,7 @@ def _role_configs(m: Module) -> list[dict[str, Any]]:
         if k.autotune is None:
             continue
         roles = kernel_roles(m, k)
-        pinned = _pinned_configs(m, k)
+        pinned = pinned_configs(m, k)
         if pinned is None:
             continue
         for cfg in pinned:
@@ -237,7 +238,7 @@ def _kernel_tile_values(source: str) -> dict[tuple[str, str], tuple[str, list[An
     out: dict[tuple[str, str], tuple[str, list[Any]]] = {}
     for k in m.kernels:
         roles = kernel_roles(m, k)
-        pinned = _pinned_configs(m, k) if k.autotune is not None else None
+        pinned = pinned_configs(m, k) if k.autotune is not None else None
         for p, role in roles.items():
             if role == "group_size_m":
                 continue

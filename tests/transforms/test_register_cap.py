@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from klineage.transforms.features import kernel_features
-from klineage.transforms.operators.tuning import register_cap
+from klineage.transforms.operators.register_cap import register_cap
 from klineage.transforms.registry import get_operator
 
 ROOT = Path(__file__).resolve().parents[2]

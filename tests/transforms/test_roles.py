@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from klineage.transforms.operators._common import parse, reaches_dot
+from klineage.transforms._module import parse
+from klineage.transforms.operators._common import reaches_dot
 from klineage.transforms.roles import ROLES, role_params, tile_roles
 
 ROOT = Path(__file__).resolve().parents[2]

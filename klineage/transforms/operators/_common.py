@@ -3,67 +3,11 @@
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 
-from klineage.transforms._source import Edit, Src, int_const, reindent
-from klineage.transforms._triton import (
-    Aliases,
-    Kernel,
-    Launch,
-    Site,
-    aliases,
-    kernels,
-    launches,
-    single_value,
-    tl_func,
-    value_sites,
-)
+from klineage.transforms._module import Module
+from klineage.transforms._source import Edit, int_const
+from klineage.transforms._triton import Kernel, Launch, Site, single_value, tl_func
 from klineage.transforms.operator import Anchor
-
-
-@dataclass
-class Module:
-    """A parsed candidate: source, aliases, kernels and launches."""
-
-    src: Src
-    al: Aliases
-    kernels: list[Kernel]
-    launches: list[Launch]
-
-    @property
-    def launched(self) -> list[Kernel]:
-        """Kernels launched from host code."""
-        names = {la.kernel for la in self.launches}
-        return [k for k in self.kernels if k.name in names]
-
-    def launches_of(self, kernel: Kernel) -> list[Launch]:
-        """Launches of one kernel."""
-        return [la for la in self.launches if la.kernel == kernel.name]
-
-    def sites(self, kernel: Kernel, name: str) -> list[Site]:
-        """Where the value of ``name`` is written for ``kernel`` (see ``value_sites``)."""
-        return value_sites(self.src, kernel, name, self.al)
-
-    @property
-    def tl(self) -> str:
-        """The local name of triton.language."""
-        return sorted(self.al.tl)[0]
-
-    @property
-    def triton(self) -> str:
-        """The local name of triton."""
-        return sorted(self.al.triton)[0]
-
-
-def parse(source: str) -> Module | None:
-    """Parse a candidate; None when it does not parse."""
-    try:
-        src = Src(source)
-    except SyntaxError:
-        return None
-    al = aliases(src.tree)
-    ks = kernels(src.tree, al)
-    return Module(src, al, ks, launches(src.tree, ks))
 
 
 def has_dot(k: Kernel, m: Module) -> bool:
@@ -105,12 +49,6 @@ def int_value(site: Site) -> int | None:
     return int_const(site.node)
 
 
-def set_int(m: Module, site: Site, value: int) -> Edit:
-    """Edit writing ``value`` at a site (replacing its expression)."""
-    start, end = m.src.span(site.node)
-    return Edit(start, end, str(value))
-
-
 def param_default(kernel: Kernel, name: str) -> ast.expr | None:
     """The default value node of a kernel parameter, else None."""
     args = kernel.node.args
@@ -123,22 +61,6 @@ def param_default(kernel: Kernel, name: str) -> ast.expr | None:
         if a.arg == name:
             return d
     return None
-
-
-def dedent_block(m: Module, stmts: list[ast.stmt], old_indent: str, new_indent: str) -> str:
-    """Text of whole-line statements re-indented from ``old_indent`` to ``new_indent``."""
-    first, last = m.src.stmt_lines(stmts[0])[0], m.src.stmt_lines(stmts[-1])[1]
-    start, end = m.src.line_span(first, last)
-    return reindent(m.src.text[start:end], old_indent, new_indent)
-
-
-def local_value(launch: Launch, node: ast.expr) -> ast.expr:
-    """Follow a Name passed at a launch to its single local assignment."""
-    if isinstance(node, ast.Name):
-        v = single_value(launch.func, node.id)
-        if v is not None:
-            return v
-    return node
 
 
 def grid_tuple(m: Module, launch: Launch) -> tuple[ast.expr, str | None] | None:
@@ -203,3 +125,16 @@ def sm_names(m: Module, func: ast.FunctionDef | None) -> set[str]:
                 ):
                     out.add(n.targets[0].id)
     return out
+
+
+def merge_appends(edits: list[Edit]) -> list[Edit]:
+    """Several insertions at the same offset become one (in order); of two replacements of the same
+    span the later wins."""
+    out: dict[tuple[int, int], Edit] = {}
+    for e in edits:
+        key = (e.start, e.end)
+        if key in out and e.start == e.end:
+            out[key] = Edit(e.start, e.end, out[key].text + e.text)
+        else:
+            out[key] = e
+    return list(out.values())

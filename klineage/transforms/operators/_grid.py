@@ -16,10 +16,11 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from klineage.transforms._module import Module
 from klineage.transforms._source import int_const
 from klineage.transforms._triton import Kernel, Launch, launch_args, single_value, tl_func, triton_func
 from klineage.transforms.features import pid_derived
-from klineage.transforms.operators._common import Module, grid_tuple
+from klineage.transforms.operators._common import grid_tuple, param_default
 from klineage.transforms.operators._roles import partitioned_params
 
 
@@ -223,8 +224,6 @@ def pair_div(m: Module, k: Kernel, la: Launch, div: GridDiv, values: dict[str, i
 def launch_values(m: Module, k: Kernel, la: Launch) -> dict[str, int]:
     """Constexpr params with an int value at this launch (literal, a local bound once to one, or the
     parameter's default)."""
-    from klineage.transforms.operators._common import param_default
-
     args = launch_args(la, k)
     out: dict[str, int] = {}
     for p in k.constexprs:

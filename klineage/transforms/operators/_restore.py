@@ -7,41 +7,21 @@ Three kinds of records, all JSON-serialisable (str/int/list/dict):
   that joined it to its neighbour (so a multi-line call keeps its layout);
 - site lists: the values that were written at a tunable's sites, in the order the operator finds
   those sites (unchanged by the rewrite, which only changes the values);
-- hunks ``{"at": needle, "occurrence": n, "offset": o, "length": l, "text": original}``: a piece of
-  code the rewrite replaced, anchored by the lines of the simplified source that hold its
-  replacement (the ``n``-th occurrence of ``needle``; the replacement starts ``o`` characters in and
-  is ``l`` long). Structural operators (mask elision, online softmax, causal skip, autotune) record
-  the constructs they removed this way: the expert's code is the choice they undo.
+- hunks (``klineage.transforms._hunks``): a piece of code the rewrite replaced, anchored by the lines
+  of the simplified source that hold its replacement. Structural operators (mask elision, online
+  softmax, causal skip, autotune) record the constructs they removed this way: the expert's code is
+  the choice they undo; ``Operator.apply`` puts them back.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from klineage.transforms._source import Edit, Src, apply_edits, call_items
-
-
-def check_params(op_id: str, params: Mapping[str, Any], allowed: Iterable[str]) -> None:
-    """TypeError naming the parameters ``apply`` of ``op_id`` does not take (never ignored)."""
-    allowed = set(allowed)
-    unknown = sorted(set(params) - allowed)
-    if unknown:
-        raise TypeError(
-            f"{op_id}.apply got unexpected parameter(s) {', '.join(map(repr, unknown))}; "
-            f"it takes: {', '.join(sorted(allowed)) or 'none'}"
-        )
-
-
-def require_list(op_id: str, name: str, value: Any) -> list[Any] | None:
-    """A recorded list parameter (None stays None); ValueError for anything that is not a list of dicts."""
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise ValueError(f"{op_id}.apply: {name} must be a list of records (dicts) as simplify recorded them")
-    return value
-
+from klineage.transforms._module import Module
+from klineage.transforms._source import Edit, Src, call_items
+from klineage.transforms._triton import Kernel, autotune_configs, loops, range_call, tl_func
 
 # ------------------------------------------------------------------------------------------ keywords
 
@@ -83,84 +63,12 @@ def kw_insert(src: Src, call: ast.Call, name: str, rec: Mapping[str, Any]) -> Ed
     return Edit(at, at, f"{sep}{text}")
 
 
-# --------------------------------------------------------------------------------------------- hunks
-
-
-def _line_start(text: str, pos: int) -> int:
-    return text.rfind("\n", 0, pos) + 1
-
-
-def _line_end(text: str, pos: int) -> int:
-    nl = text.find("\n", pos)
-    return len(text) if nl < 0 else nl + 1
-
-
-def _occurrences(text: str, needle: str) -> list[int]:
-    out, i = [], text.find(needle)
-    while i >= 0:
-        out.append(i)
-        i = text.find(needle, i + 1)
-    return out
-
-
-def hunks(before: str, edits: Sequence[Edit]) -> list[dict[str, Any]]:
-    """Records undoing ``edits`` (as applied to ``before`` by ``apply_edits``), anchored in the result."""
-    after = apply_edits(before, edits)
-    out = []
-    delta = 0
-    for e in sorted(set(edits), key=lambda e: (e.start, e.end)):
-        new_start = e.start + delta
-        new_end = new_start + len(e.text)
-        delta += len(e.text) - (e.end - e.start)
-        a = _line_start(after, new_start)
-        if a == new_start and a > 0:
-            a = _line_start(after, a - 1)  # an edit at a line start: anchor on the line above too
-        b = _line_end(after, new_end)
-        needle = after[a:b]
-        occ = _occurrences(after, needle).index(a)
-        out.append(
-            {
-                "at": needle,
-                "occurrence": occ,
-                "offset": new_start - a,
-                "length": len(e.text),
-                "text": before[e.start : e.end],
-            }
-        )
-    return out
-
-
-def undo_hunks(source: str, records: Sequence[Mapping[str, Any]]) -> str | None:
-    """``source`` with every hunk put back; None when an anchor is not found."""
-    edits = []
-    for r in records:
-        try:
-            needle, occ = str(r["at"]), int(r["occurrence"])
-            offset, length, text = int(r["offset"]), int(r["length"]), str(r["text"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed hunk record {dict(r)!r}: {exc}") from exc
-        found = _occurrences(source, needle)
-        if occ >= len(found):
-            return None
-        start = found[occ] + offset
-        if edits and length == 0 and edits[-1].start == edits[-1].end == start:
-            edits[-1] = Edit(start, start, edits[-1].text + text)  # consecutive insertions, in order
-        else:
-            edits.append(Edit(start, start + length, text))
-    try:
-        return apply_edits(source, edits)
-    except ValueError:
-        return None
-
-
 # ------------------------------------------------------------------------------------- call locators
 
 
-def kernel_calls(m: Any, k: Any) -> dict[str, list[ast.Call]]:
+def kernel_calls(m: Module, k: Kernel) -> dict[str, list[ast.Call]]:
     """The calls of one kernel a tuning record can point at, by kind: its autotune ``Config``s, its
     launches, the ``tl.range`` calls of its loops and its ``tl.load``/``tl.store`` calls (source order)."""
-    from klineage.transforms._triton import autotune_configs, loops, range_call, tl_func
-
     ranges = [rc for lp in loops(k.node) if (rc := range_call(lp, m.al)) is not None]
     mem = [n for n in ast.walk(k.node) if tl_func(n, m.al) in ("load", "store")]
     return {
@@ -171,7 +79,7 @@ def kernel_calls(m: Any, k: Any) -> dict[str, list[ast.Call]]:
     }
 
 
-def where(m: Any, k: Any, call: ast.Call) -> dict[str, Any]:
+def where(m: Module, k: Kernel, call: ast.Call) -> dict[str, Any]:
     """``{"kernel", "at", "index"}`` locating ``call`` among ``kernel_calls``."""
     for kind, calls in kernel_calls(m, k).items():
         for i, c in enumerate(calls):
@@ -180,9 +88,9 @@ def where(m: Any, k: Any, call: ast.Call) -> dict[str, Any]:
     raise LookupError("call not found among the kernel's calls")
 
 
-def find_call(m: Any, rec: Mapping[str, Any]) -> ast.Call | None:
+def find_call(m: Module, rec: Mapping[str, Any]) -> ast.Call | None:
     """The call a ``where`` record points at in (another version of) the module, else None."""
-    k = next((k for k in m.kernels if k.name == rec.get("kernel")), None)
+    k = m.kernel(rec.get("kernel"))
     if k is None:
         return None
     calls = kernel_calls(m, k).get(str(rec.get("at")), [])
@@ -190,7 +98,7 @@ def find_call(m: Any, rec: Mapping[str, Any]) -> ast.Call | None:
     return calls[i] if isinstance(i, int) and 0 <= i < len(calls) else None
 
 
-def restore_keywords(m: Any, name: str, sites: Sequence[Mapping[str, Any]]) -> list[Edit] | None:
+def restore_keywords(m: Module, name: str, sites: Sequence[Mapping[str, Any]]) -> list[Edit] | None:
     """Edits putting keyword ``name`` back at every recorded call (None: a call is not found or
     already has the keyword)."""
     edits = []
@@ -203,7 +111,18 @@ def restore_keywords(m: Any, name: str, sites: Sequence[Mapping[str, Any]]) -> l
     return edits
 
 
-def rewrite_with_hunks(op: Any, source: str, records: Any, params: dict[str, Any]) -> Any:
-    """``op``'s apply-direction Rewrite putting back the recorded hunks (None: an anchor is missing)."""
-    after = undo_hunks(source, records)
-    return None if after is None else op._rewrite(source, after, params, "apply")
+def indexed_site_edits(
+    m: Module, recorded: Sequence[Mapping[str, Any]], sites_of: Callable[[Kernel], list[tuple[str, ast.expr]]]
+) -> list[Edit] | None:
+    """Edits writing back records ``{"kernel", "index", "name", "value"}``: the ``index``-th of
+    ``sites_of(kernel)`` (``(parameter name, value node)`` in the order simplify numbered them) gets
+    ``value``. None when a kernel or site is missing or names another parameter."""
+    edits = []
+    for rec in recorded:
+        k = m.kernel(rec.get("kernel"))
+        ks = sites_of(k) if k is not None else []
+        j = rec.get("index")
+        if not isinstance(j, int) or not 0 <= j < len(ks) or ks[j][0] != rec.get("name"):
+            return None
+        edits.append(Edit(*m.src.span(ks[j][1]), str(rec["value"])))
+    return list(dict.fromkeys(edits))

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 from typing import Literal
 
+from klineage.transforms._module import Module, parse
 from klineage.transforms._triton import (
     Aliases,
     Kernel,
@@ -38,7 +39,7 @@ from klineage.transforms._triton import (
     tl_func,
 )
 from klineage.transforms.features import accumulators, pid_derived
-from klineage.transforms.operators._common import Module, parse, reachable, reaches_dot
+from klineage.transforms.operators._common import reachable, reaches_dot
 
 Role = Literal["tile_m", "tile_n", "tile_k", "rows_per_program", "block_cols", "block", "group_size_m"]
 

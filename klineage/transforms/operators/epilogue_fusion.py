@@ -1,154 +1,38 @@
-"""epilogue-fusion: bias / activation / residual applied to a matmul's fp32 accumulator before its
-store, instead of in a second kernel that reads the output back.
-
-The unfused form this operator writes (simplify) and recognises (apply) is the one that maps onto the
-matmul exactly: a second ``@triton.jit`` kernel with the matmul kernel's own signature, launched right
-after it with the same grid and the same arguments, whose body recomputes the program's tile indices
-(the matmul's statements before its K loop and those its store needs), loads the tile the matmul
-stored, upcasts it to fp32 as the accumulator, applies the epilogue statements and stores the tile
-back in place. Each program reads and writes only its own tile, so the in-place update is race-free.
-Anything else (another indexing, an autotuned matmul whose grid reads META, a launch helper, several
-dots, an epilogue the store does not end with) is refused.
-"""
+"""The epilogue-fusion operator: an elementwise kernel that reloads a matmul's output, fused into
+the matmul's store (one kernel, one write of the tile)."""
 
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Any
 
-from klineage.transforms._source import Edit, apply_edits
+from klineage.transforms._module import Module
+from klineage.transforms._source import Edit
 from klineage.transforms._triton import Kernel, Launch, tl_func, unique_name
-from klineage.transforms.features import accumulators, dot_loops
 from klineage.transforms.operator import Anchor, Operator, Rewrite
-from klineage.transforms.operators._common import Module, anchor, grid_tuple, parse
-from klineage.transforms.operators._restore import check_params
+from klineage.transforms.operators._common import anchor
+from klineage.transforms.operators._matmul import (
+    MatmulSplit,
+    kernel_body,
+    launch_stmt,
+    next_stmt,
+    plain_grid,
+    split_kernel,
+    store_call,
+)
 
 
 @dataclass(frozen=True)
-class _Split:
-    """A gemm-like kernel's body around its K loop: ``before`` the loop, the ``loop``, the statements
-    after it that the store needs (``support``) and the ``epilogue`` ones, then the final ``store``."""
+class UnfusedPair:
+    """A matmul (its split and launch) and the epilogue kernel launched right after it, which
+    reloads the matmul's output at ``body[reload]`` and stores it back at ``body[store]``."""
 
-    kernel: Kernel
-    acc: str
-    before: list[ast.stmt]
-    loop: ast.stmt
-    support: list[ast.stmt]
-    epilogue: list[ast.stmt]
-    store: ast.Call
-    cast: ast.stmt | None = None
-
-
-def _names(node: ast.AST, ctx: type = ast.Load) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ctx)}
-
-
-def _targets(st: ast.stmt) -> set[str]:
-    return _names(st, ast.Store)
-
-
-def _body(k: Kernel) -> list[ast.stmt]:
-    body = list(k.node.body)
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-        body = body[1:]
-    return body
-
-
-def _store_call(st: ast.stmt, m: Module) -> ast.Call | None:
-    if isinstance(st, ast.Expr) and tl_func(st.value, m.al) == "store":
-        return st.value  # type: ignore[return-value]
-    return None
-
-
-def _stored_value(store: ast.Call) -> ast.expr | None:
-    value = store.args[1] if len(store.args) > 1 else next(
-        (kw.value for kw in store.keywords if kw.arg == "value"), None
-    )
-    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "to":
-        value = value.func.value
-    return value
-
-
-def split_kernel(m: Module, k: Kernel) -> _Split | None:
-    """The K loop, epilogue and store of a gemm-like kernel (one ``tl.dot`` in one top-level loop,
-    one accumulator, a final ``tl.store`` of the accumulator, possibly through a plain cast
-    ``c = acc.to(...)`` right before it: ``cast``); None for anything else."""
-    if sum(1 for n in ast.walk(k.node) if tl_func(n, m.al) == "dot") != 1:
-        return None
-    loops = dot_loops(k, m.al)
-    accs = accumulators(k, m.al)
-    body = _body(k)
-    if len(accs) != 1 or not loops or loops[0] not in body or not body:
-        return None
-    acc = accs[0]
-    store = _store_call(body[-1], m)
-    value = _stored_value(store) if store is not None else None
-    i = body.index(loops[0])
-    after = body[i + 1 : -1]
-    cast = None
-    if (
-        isinstance(value, ast.Name)
-        and value.id != acc
-        and after
-        and isinstance(after[-1], ast.Assign)
-        and len(after[-1].targets) == 1
-        and isinstance(after[-1].targets[0], ast.Name)
-        and after[-1].targets[0].id == value.id
-        and isinstance(after[-1].value, ast.Call)
-        and isinstance(after[-1].value.func, ast.Attribute)
-        and after[-1].value.func.attr == "to"
-        and isinstance(after[-1].value.func.value, ast.Name)
-        and after[-1].value.func.value.id == acc
-    ):
-        cast, after = after[-1], after[:-1]  # ``c = acc.to(...)`` then ``tl.store(..., c)``
-        value = ast.Name(acc)
-    if store is None or not (isinstance(value, ast.Name) and value.id == acc):
-        return None
-    if any(not isinstance(st, (ast.Assign, ast.AugAssign)) for st in after):
-        return None
-    # classify backwards: epilogue = reads the accumulator, or feeds only epilogue statements
-    epi: list[ast.stmt] = []
-    keep: list[ast.stmt] = []
-    needed_by_keep = _names(store) - {acc}
-    for st in reversed(after):
-        tg = _targets(st)
-        reads_acc = acc in _names(st.value)  # type: ignore[attr-defined]
-        used_by_epi = any(tg & _names(e) for e in epi)
-        if reads_acc or (used_by_epi and not tg & needed_by_keep):
-            if not reads_acc and tg & {acc}:
-                return None
-            epi.insert(0, st)
-        else:
-            keep.insert(0, st)
-            needed_by_keep |= _names(st)
-    if any(acc in _targets(st) for st in keep):
-        return None
-    if cast is not None and any(value.id in _names(st) for st in keep + epi):  # type: ignore[union-attr]
-        return None
-    return _Split(k, acc, body[:i], loops[0], keep, epi, store, cast)
-
-
-def _launch_stmt(m: Module, la: Launch) -> ast.Expr | None:
-    """The statement of a plain ``kernel[grid](...)`` launch (not assigned, not through a helper)."""
-    if la.helper is not None or la.func is None or not isinstance(la.stmt, ast.Expr) or la.stmt.value is not la.call:
-        return None
-    return la.stmt
-
-
-def _plain_grid(m: Module, la: Launch) -> bool:
-    gt = grid_tuple(m, la)
-    return gt is not None and gt[1] is None
-
-
-def _next_stmt(func: ast.FunctionDef, st: ast.stmt) -> ast.stmt | None:
-    for node in ast.walk(func):
-        for field in ("body", "orelse"):
-            block = getattr(node, field, None)
-            if isinstance(block, list) and st in block:
-                i = block.index(st)
-                return block[i + 1] if i + 1 < len(block) else None
-    return None
+    matmul: MatmulSplit
+    matmul_launch: Launch
+    epilogue: Kernel
+    epilogue_launch: Launch
+    reload: int
+    store: int
 
 
 class EpilogueFusion(Operator):
@@ -168,29 +52,33 @@ class EpilogueFusion(Operator):
     )
 
     # -- analysis
-    def _fused(self, m: Module) -> list[tuple[_Split, Launch]]:
+    def _fused(self, m: Module) -> list[tuple[MatmulSplit, Launch]]:
         """Gemm-like kernels with epilogue statements that simplify can split out, with their launch."""
+        return self._matmuls(m, with_epilogue=True)
+
+    @staticmethod
+    def _matmuls(m: Module, with_epilogue: bool) -> list[tuple[MatmulSplit, Launch]]:
+        """Launched gemm-like kernels (no autotune / heuristics, no cast of the accumulator, one plain
+        launch) with (``with_epilogue``) or without statements between the K loop and the store."""
         out = []
         for k in m.launched:
             if k.autotune is not None or k.heuristics is not None:
                 continue
             sp = split_kernel(m, k)
             lts = m.launches_of(k)
-            if sp is None or sp.cast is not None or not sp.epilogue or len(lts) != 1:
+            if sp is None or sp.cast is not None or bool(sp.epilogue) != with_epilogue or len(lts) != 1:
                 continue
-            la = lts[0]
-            if _launch_stmt(m, la) is None or not _plain_grid(m, la):
+            if launch_stmt(m, lts[0]) is None or not plain_grid(m, lts[0]):
                 continue
-            out.append((sp, la))
+            out.append((sp, lts[0]))
         return out
 
-    def _pairs(self, m: Module) -> list[tuple[_Split, Launch, Kernel, Launch, int, int]]:
-        """(matmul split, its launch, epilogue kernel, its launch, index of the reload in the
-        epilogue kernel's body, index of its final store) for each recognised unfused pair."""
+    def _pairs(self, m: Module) -> list[UnfusedPair]:
+        """Each recognised unfused matmul + epilogue-kernel pair."""
         out = []
         by_name = {k.name: k for k in m.kernels}
-        for sp, la in self._unfused_candidates(m):
-            nxt = _next_stmt(la.func, la.stmt)  # type: ignore[arg-type]
+        for sp, la in self._matmuls(m, with_epilogue=False):
+            nxt = next_stmt(la.func, la.stmt)  # type: ignore[arg-type]
             if not (isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Call)):
                 continue
             la2 = next((x for x in m.launches if x.call is nxt.value), None)
@@ -207,33 +95,19 @@ class EpilogueFusion(Operator):
                 continue
             found = self._reload(m, sp, k2)
             if found is not None:
-                out.append((sp, la, k2, la2, *found))
-        return out
-
-    def _unfused_candidates(self, m: Module) -> list[tuple[_Split, Launch]]:
-        out = []
-        for k in m.launched:
-            if k.autotune is not None or k.heuristics is not None:
-                continue
-            sp = split_kernel(m, k)
-            lts = m.launches_of(k)
-            if sp is None or sp.cast is not None or sp.epilogue or len(lts) != 1:
-                continue
-            if _launch_stmt(m, lts[0]) is None or not _plain_grid(m, lts[0]):
-                continue
-            out.append((sp, lts[0]))
+                out.append(UnfusedPair(sp, la, k2, la2, *found))
         return out
 
     @staticmethod
     def _args(m: Module, la: Launch) -> list[str]:
         return [m.src.seg(a) for a in la.call.args] + [m.src.seg(kw) for kw in la.call.keywords]
 
-    def _reload(self, m: Module, sp: _Split, k2: Kernel) -> tuple[int, int] | None:
+    def _reload(self, m: Module, sp: MatmulSplit, k2: Kernel) -> tuple[int, int] | None:
         """In the epilogue kernel: ``acc = tl.load(<the matmul's store pointer>, ...).to(tl.float32)``,
         the epilogue statements, and a final store with the matmul's pointer and mask; the statements
         before the reload are statements of the matmul (same text)."""
-        body = _body(k2)
-        store = _store_call(body[-1], m) if body else None
+        body = kernel_body(k2)
+        store = store_call(body[-1], m) if body else None
         if store is None or not store.args:
             return None
         ptr, mask = self._ptr_mask(m, sp.store)
@@ -271,27 +145,22 @@ class EpilogueFusion(Operator):
         return m.src.seg(call.args[0]), (m.src.seg(mask) if mask is not None else None)
 
     # -- the three directions
-    def detect(self, source: str) -> list[Anchor]:
+    def _detect(self, m: Module) -> list[Anchor]:
         """A matmul kernel whose epilogue simplify can split out (present); a recognised unfused
         matmul + epilogue-kernel pair (applicable)."""
-        m = parse(source)
-        if m is None:
-            return []
         out = [anchor("present", sp.kernel.node, f"{sp.kernel.name} applies its epilogue to the accumulator",
                       sp.kernel) for sp, _ in self._fused(m)]
         out += [
-            anchor("applicable", la2.call, f"{k2.name} reloads {sp.kernel.name}'s output tile", sp.kernel)
-            for sp, _la, k2, la2, _i, _j in self._pairs(m)
+            anchor("applicable", p.epilogue_launch.call,
+                   f"{p.epilogue.name} reloads {p.matmul.kernel.name}'s output tile", p.matmul.kernel)
+            for p in self._pairs(m)
         ]
         return out
 
-    def simplify(self, source: str) -> Rewrite | None:
+    def _simplify(self, m: Module) -> Rewrite | None:
         """Move each fused epilogue into a second kernel (the matmul's signature, same grid and
         arguments) launched right after the matmul: it reloads the stored tile, upcasts it to fp32
         and applies the epilogue (the matmul's output is rounded once more in between)."""
-        m = parse(source)
-        if m is None:
-            return None
         edits: list[Edit] = []
         for sp, la in self._fused(m):
             k = sp.kernel
@@ -321,26 +190,21 @@ class EpilogueFusion(Operator):
             call_text = m.src.seg(la.call)
             s_indent = m.src.indent_of(stmt.lineno)
             edits.append(Edit(st_end, st_end, f"{s_indent}{name}{call_text[len(la.kernel):]}\n"))
-        if not edits:
-            return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+        return self._edited(m, edits, {}, "simplify")
 
     @staticmethod
     def _lines(m: Module, st: ast.stmt) -> str:
         first, last = m.src.stmt_lines(st)
         return m.src.text[slice(*m.src.line_span(first, last))]
 
-    def apply(self, source: str, **params: Any) -> Rewrite | None:
+    def _apply(self, m: Module) -> Rewrite | None:
         """Fuse each recognised epilogue kernel into the matmul before it: its statements between the
         reload and the store move before the matmul's store (on the fp32 accumulator), and the
         epilogue kernel and its launch go. None when no pair is recognised."""
-        check_params(self.id, params, ())
-        m = parse(source)
-        if m is None:
-            return None
         edits: list[Edit] = []
-        for sp, _la, k2, la2, i, j in self._pairs(m):
-            body = _body(k2)
+        for p in self._pairs(m):
+            sp, k2, la2, i, j = p.matmul, p.epilogue, p.epilogue_launch, p.reload, p.store
+            body = kernel_body(k2)
             epi = "".join(self._lines(m, st) for st in body[i + 1 : j])
             if m.src.indent_of(body[i + 1].lineno) != m.src.indent_of(sp.store.lineno):
                 continue
@@ -359,6 +223,4 @@ class EpilogueFusion(Operator):
             stmt = la2.stmt
             assert stmt is not None
             edits.append(Edit(*m.src.line_span(stmt.lineno, stmt.end_lineno or stmt.lineno), ""))
-        if not edits:
-            return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "apply")
+        return self._edited(m, edits, {}, "apply")

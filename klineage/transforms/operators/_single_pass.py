@@ -1,23 +1,16 @@
-"""Row-structure operators: single-pass-row (rows that fit are held whole in registers and read
-once; longer rows keep the column-looped kernel).
-
-``simplify`` takes the host dispatch ``if next_power_of_2(n_cols) <= SINGLE_PASS_MAX: <single-pass
-launch> else: <looped launch>`` down to its looped branch and deletes what only the single-pass
-branch used (its kernel, its constants and helpers, host locals), so every row takes the looped
-kernel. ``apply`` adds the dispatch to a column-looped row kernel: the single-pass kernel is a copy
-of the looped one with the column loops unrolled (the launch sets the column block to
-``next_power_of_2(n_cols)``, so each loop runs once), its repeated loads of the row merged into one.
-"""
+"""The column-looped row kernels single-pass-row recognises (``looped_kernels``) and the
+single-pass copy it writes of one (``single_pass_kernel``): the column loops unrolled for a column
+block that covers the row, the repeated loads of the row merged into one."""
 
 from __future__ import annotations
 
 import ast
 import hashlib
 import itertools
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
+from klineage.transforms._module import Module
 from klineage.transforms._source import Edit, Src, apply_edits, reindent
 from klineage.transforms._triton import (
     Kernel,
@@ -30,31 +23,19 @@ from klineage.transforms._triton import (
     triton_func,
     unique_name,
 )
-from klineage.transforms.operator import Anchor, Operator, Rewrite
-from klineage.transforms.operators._common import Module, parse
-from klineage.transforms.operators._restore import check_params, hunks, require_list, rewrite_with_hunks
+from klineage.transforms.operators._statements import all_names
 
 _SIDE_EFFECTS = {"store", "atomic_add", "atomic_max", "atomic_min", "atomic_cas", "atomic_xchg",
                  "atomic_and", "atomic_or", "atomic_xor", "device_print", "device_assert", "debug_barrier"}
 
 
-def _names(nodes: list[ast.AST]) -> set[str]:
-    return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
-def _whole_lines(src: Src, stmt: ast.stmt, comments: bool = True) -> tuple[int, int]:
-    """First and last line of a statement, with the comment lines right above it when asked."""
-    first, last = src.stmt_lines(stmt)
-    while comments and first > 1 and src.lines[first - 2].strip().startswith("#"):
-        first -= 1
-    return first, last
-
-
-# ------------------------------------------------------------------------------- present: dispatch
+# ------------------------------------------------------------------- the host dispatch (present)
 
 
 @dataclass(frozen=True)
-class _Dispatch:
+class Dispatch:
+    """A host ``if next_power_of_2(n) <= MAX: <single-pass launch> else: <looped launch>`` in ``func``."""
+
     func: ast.FunctionDef
     node: ast.If
     single: str  # kernel launched for rows that fit
@@ -67,7 +48,8 @@ def _is_pow2_call(m: Module, node: ast.AST) -> bool:
     )
 
 
-def _dispatches(m: Module) -> list[_Dispatch]:
+def dispatches(m: Module) -> list[Dispatch]:
+    """The host dispatches between a single-pass and a looped kernel."""
     out = []
     for la in m.launches:
         func = la.func
@@ -92,15 +74,17 @@ def _dispatches(m: Module) -> list[_Dispatch]:
             a = [x.kernel for x in m.launches if id(x.call) in inside]
             b = [x.kernel for x in m.launches if id(x.call) in other]
             if len(set(a)) == 1 and len(set(b)) == 1 and a[0] != b[0]:
-                out.append(_Dispatch(func, node, a[0], b[0]))
+                out.append(Dispatch(func, node, a[0], b[0]))
     return out
 
 
-# ------------------------------------------------------------------------------ applicable: loops
+# -------------------------------------------------------------- column-looped row kernels (applicable)
 
 
 @dataclass(frozen=True)
-class _Looped:
+class Looped:
+    """A launched row kernel whose column loops ``apply`` can unroll into a single-pass copy."""
+
     kernel: Kernel
     launch: Launch
     body: list[ast.stmt]  # the statement list holding the column loops
@@ -183,8 +167,9 @@ def _full_chunk_loop(m: Module, k: Kernel, body: list[ast.stmt], i: int) -> tupl
     return n, b.id, tail
 
 
-def _looped(m: Module) -> list[_Looped]:
-    dispatched = {n for d in _dispatches(m) for n in (d.single, d.looped)}
+def looped_kernels(m: Module) -> list[Looped]:
+    """Launched row kernels that loop over their row's columns and are not dispatched to already."""
+    dispatched = {n for d in dispatches(m) for n in (d.single, d.looped)}
     out = []
     for k in m.launched:
         if k.name in dispatched or k.autotune is not None or k.heuristics is not None:
@@ -225,16 +210,16 @@ def _looped(m: Module) -> list[_Looped]:
         others = [
             lp for lp in ast.walk(k.node)
             if isinstance(lp, (ast.For, ast.While)) and lp not in loops_
-            and block in _names([lp.iter if isinstance(lp, ast.For) else lp.test])
+            and block in all_names([lp.iter if isinstance(lp, ast.For) else lp.test])
         ]
         if others or not self_contained(loops_):
             continue
         args = launch_args(la, k)
         if block not in args or n_param not in args:
             continue
-        if not _simple_host(args[n_param]) or _names([la.grid]) & _names([args[block]]) - {"triton"}:
+        if not _simple_host(args[n_param]) or all_names([la.grid]) & all_names([args[block]]) - {"triton"}:
             continue
-        out.append(_Looped(k, la, body, path, loops_, n_param, block, tails))  # type: ignore[arg-type]
+        out.append(Looped(k, la, body, path, loops_, n_param, block, tails))  # type: ignore[arg-type]
     return out
 
 
@@ -345,6 +330,7 @@ class _Canon:
         return text if len(text) < 200 else "#" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
     def clobber(self, st: ast.stmt) -> None:
+        """Forget what the names ``st`` assigns stood for (they get fresh canonical names)."""
         for n in ast.walk(st):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                 self.env[n.id] = f"fresh{next(self.fresh)}"
@@ -413,7 +399,7 @@ def _merge_row_loads(text: str, path: tuple[tuple[int, str], ...], start_index: 
     return apply_edits(text, edits)
 
 
-def _single_pass_kernel(m: Module, lp: _Looped, name: str) -> str:
+def single_pass_kernel(m: Module, lp: Looped, name: str) -> str:
     """The source of the single-pass copy of a looped kernel (no trailing blank line)."""
     k = lp.kernel
     start, end = m.src.line_span(*m.src.stmt_lines(k.node))
@@ -433,214 +419,3 @@ def _single_pass_kernel(m: Module, lp: _Looped, name: str) -> str:
     index = lp.body.index(first_loop)
     # where the unrolled statements start, in the new function: same list, same index
     return _merge_row_loads(text, lp.path, index, m.al, m.tl).rstrip("\n") + "\n"
-
-
-# -------------------------------------------------------------------------------------- the operator
-
-
-class SinglePassRow(Operator):
-    """Rows that fit in registers are read once by a single-pass kernel; longer rows keep the
-    column-looped kernel."""
-
-    id = "single-pass-row"
-    name = "Single-pass rows (the whole row in registers when it fits)"
-    intent = (
-        "Give rows up to SINGLE_PASS_MAX columns a kernel that holds the whole row in registers "
-        "(column block = next_power_of_2(n_cols)) and reads it from memory once, and keep the "
-        "column-looped kernel, which re-reads the row on every pass, for longer rows."
-    )
-    carrier = (
-        "the host launch of a row kernel: `if next_power_of_2(n_cols) <= SINGLE_PASS_MAX:` launches "
-        "a single-pass kernel (column loops unrolled, one load of the row), `else:` the looped kernel"
-    )
-    anchor_predicate = "row_reduction and not has_dot and n_loops >= 1 and not single_pass_row"
-    anchor_description = (
-        "a row kernel that loops over the columns of its row in fixed blocks "
-        "(for off in range(0, n_cols, BLOCK)), reading the row once per pass (max/sum/write, "
-        "mean/var/normalize), with no host dispatch to a whole-row kernel for rows that fit"
-    )
-    default_params: ClassVar[Mapping[str, Any]] = {"max_cols": 8192}
-
-    def detect(self, source: str) -> list[Anchor]:
-        """The host dispatch to a single-pass kernel (present); a column-looped row kernel
-        (applicable)."""
-        m = parse(source)
-        if m is None:
-            return []
-        out = []
-        for d in _dispatches(m):
-            out.append(Anchor(
-                "present", d.node.lineno, d.node.end_lineno or d.node.lineno,
-                f"{d.func.name}: rows that fit launch {d.single} (whole row in registers), "
-                f"longer rows {d.looped}", d.single,
-            ))
-        for lp in _looped(m):
-            out.append(Anchor(
-                "applicable", lp.loops[0].lineno, lp.loops[-1].end_lineno or lp.loops[-1].lineno,
-                f"{lp.kernel.name}: {len(lp.loops)} loop(s) over the columns in blocks of {lp.block}",
-                lp.kernel.name,
-            ))
-        return out
-
-    # -- simplify: always take the looped path
-    def simplify(self, source: str) -> Rewrite | None:
-        """Replace the dispatch by its looped branch and delete what only the single-pass branch
-        used: the single-pass kernel, module constants and helpers, host locals."""
-        m = parse(source)
-        if m is None:
-            return None
-        found = _dispatches(m)
-        if not found:
-            return None
-        d = found[0]
-        edits = []
-        node = d.node
-        first, last = m.src.stmt_lines(node)
-        o_first = _whole_lines(m.src, node.orelse[0])[0]
-        o_last = m.src.stmt_lines(node.orelse[-1])[1]
-        if o_first <= (node.body[-1].end_lineno or 0) + 1:  # comments above else: keep only after it
-            o_first = m.src.stmt_lines(node.orelse[0])[0]
-        o_start, o_end = m.src.line_span(o_first, o_last)
-        kept = reindent(m.src.text[o_start:o_end], m.src.indent_of(node.orelse[0].lineno), m.src.indent_of(node.lineno))
-        edits.append(Edit(*m.src.line_span(first, last), kept))
-        removed: list[ast.AST] = [node.test, *node.body]
-        dead = self._dead(m, d, removed)
-        for st in dead:
-            edits.append(self._delete(m, st))
-        try:
-            after = apply_edits(source, edits)
-        except ValueError:
-            return None
-        return self._rewrite(source, after, {"code": hunks(source, edits)}, "simplify")
-
-    @staticmethod
-    def _dead(m: Module, d: _Dispatch, removed: list[ast.AST]) -> list[ast.stmt]:
-        """Definitions (module level, or top-level statements of the host function) that only the
-        removed code used, transitively."""
-        defs: dict[str, list[ast.stmt]] = {}
-
-        def define(st: ast.stmt) -> None:
-            if isinstance(st, (ast.FunctionDef, ast.ClassDef)):
-                defs.setdefault(st.name, []).append(st)
-            elif isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
-                defs.setdefault(st.targets[0].id, []).append(st)
-
-        for st in m.src.tree.body:
-            if st is not d.func:
-                define(st)
-        for st in d.func.body:
-            if st is not d.node:
-                define(st)
-        candidates = _names(removed)
-        dead: list[ast.stmt] = []
-        gone = {id(n) for r in removed for n in ast.walk(r)}
-        changed = True
-        while changed:
-            changed = False
-            live_uses: set[str] = set()
-            for n in ast.walk(m.src.tree):
-                if id(n) in gone:
-                    continue
-                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-                    live_uses.add(n.id)
-                elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):
-                    pass
-            # names used in strings of __all__ etc. are not considered
-            for name in sorted(candidates):
-                sts = defs.get(name)
-                if not sts or name in live_uses or name == "run":
-                    continue
-                if len(sts) != 1:
-                    continue
-                st = sts[0]
-                if any(st is x for x in dead):
-                    continue
-                dead.append(st)
-                gone |= {id(n) for n in ast.walk(st)}
-                candidates |= _names([st.value if isinstance(st, ast.Assign) else st])
-                changed = True
-        return sorted(dead, key=lambda s: s.lineno)
-
-    @staticmethod
-    def _delete(m: Module, st: ast.stmt) -> Edit:
-        """The edit deleting a statement with its comment lines; a definition standing between blank
-        lines takes the blank lines above it along."""
-        first, last = _whole_lines(m.src, st)
-        lines = m.src.lines
-        after_blank = last >= len(lines) or lines[last].strip() == ""
-        if after_blank:
-            while first > 1 and lines[first - 2].strip() == "":
-                first -= 1
-        return Edit(*m.src.line_span(first, last), "")
-
-    # -- apply
-    def apply(
-        self, source: str, code: list[dict[str, Any]] | None = None, max_cols: int | None = None, **params: Any
-    ) -> Rewrite | None:
-        """Add a single-pass kernel and the host dispatch to it (rows up to ``max_cols`` columns,
-        default 8192) in front of a column-looped row kernel's launch. With the ``code`` simplify
-        recorded, the expert's dispatch, kernel and constants go back exactly."""
-        check_params(self.id, params, ())
-        if require_list(self.id, "code", code) is not None:
-            return rewrite_with_hunks(self, source, code, {"code": code})
-        limit = int(self.default_params["max_cols"] if max_cols is None else max_cols)
-        if limit < 1:
-            raise ValueError(f"{self.id}.apply: max_cols must be positive, got {limit}")
-        m = parse(source)
-        if m is None:
-            return None
-        found = _looped(m)
-        if not found:
-            return None
-        lp = found[0]
-        k, la = lp.kernel, lp.launch
-        base = k.name.removesuffix("_kernel")
-        kname = unique_name(m.src.tree, f"{base}_single_pass" + ("_kernel" if base != k.name else ""))
-        const = unique_name(m.src.tree, "SINGLE_PASS_MAX")
-        blk = unique_name(m.src.tree, "row_block")
-        try:
-            kernel_text = _single_pass_kernel(m, lp, kname)
-        except (SyntaxError, ValueError):
-            return None
-        args = launch_args(la, k)
-        n_text = m.src.seg(args[lp.n_param])
-        # host: the dispatch around the launch
-        stmt = la.stmt
-        assert stmt is not None
-        s_first, s_last = m.src.stmt_lines(stmt)
-        s_start, s_end = m.src.line_span(s_first, s_last)
-        # comment lines right above the launch go with it into the looped branch (simplify takes
-        # that branch back whole)
-        c_start = m.src.line_span(_whole_lines(m.src, stmt)[0], s_last)[0]
-        ind = m.src.indent_of(stmt.lineno)
-        launch_text = m.src.text[s_start:s_end]
-        bs, be = m.src.span(args[lp.block])
-        single = apply_edits(launch_text, [
-            Edit(bs - s_start, be - s_start, blk),
-            Edit(*(p - s_start for p in m.src.span(la.call.func.value)), kname),  # type: ignore[attr-defined]
-        ])
-        launch_text = m.src.text[c_start:s_end]
-        s_start = c_start
-        host = (
-            f"{ind}{blk} = {m.triton}.next_power_of_2({n_text})\n"
-            f"{ind}if {blk} <= {const}:\n"
-            f"{ind}    # the whole row in registers: one read of the row\n"
-            + reindent(single, ind, ind + "    ")
-            + f"{ind}else:\n"
-            + reindent(launch_text, ind, ind + "    ")
-        )
-        edits = [Edit(s_start, s_end, host)]
-        # the kernel, right after the looped one
-        k_end = m.src.line_span(*m.src.stmt_lines(k.node))[1]
-        edits.append(Edit(k_end, k_end, "\n\n" + kernel_text))
-        # the constant, after the imports
-        imports = [st for st in m.src.tree.body if isinstance(st, (ast.Import, ast.ImportFrom))]
-        if not imports:
-            return None
-        at = m.src.line_span(*m.src.stmt_lines(imports[-1]))[1]
-        edits.append(Edit(at, at, f"\n{const} = {limit}  # widest row held whole in registers; longer rows loop\n"))
-        try:
-            after = apply_edits(source, edits)
-        except ValueError:
-            return None
-        return self._rewrite(source, after, {"max_cols": limit}, "apply")

@@ -15,9 +15,11 @@ have to move after the reduction. ``simplify`` recognises that form and removes 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from klineage.transforms._source import Edit, apply_edits, int_const, param_spans
+from klineage.transforms._module import Module
+from klineage.transforms._source import Edit, int_const, param_spans
 from klineage.transforms._triton import (
     Kernel,
     Launch,
@@ -29,10 +31,9 @@ from klineage.transforms._triton import (
     tl_func,
     unique_name,
 )
-from klineage.transforms.operator import Anchor, Operator, Rewrite
-from klineage.transforms.operators._common import Module, anchor, grid_tuple, parse
-from klineage.transforms.operators._restore import check_params
-from klineage.transforms.operators.epilogue import _body, _launch_stmt, _next_stmt, split_kernel
+from klineage.transforms.operator import Anchor, Operator, Param, Rewrite, is_int
+from klineage.transforms.operators._common import anchor, grid_tuple
+from klineage.transforms.operators._matmul import kernel_body, launch_stmt, next_stmt, split_kernel
 
 _MAKERS = {"empty", "empty_like", "zeros", "zeros_like"}
 
@@ -78,6 +79,47 @@ def _is_pointer(k: Kernel, name: str) -> bool:
     return added and not compared
 
 
+@dataclass(frozen=True)
+class SplitCandidate:
+    """What ``apply`` rewrites in one matmul kernel: its launch, K loop, output parameter, the grid
+    tuple and the host name of the output tensor."""
+
+    launch: Launch
+    loop: ast.For
+    out_param: str
+    grid: ast.expr
+    host_out: str
+
+
+@dataclass(frozen=True)
+class PidK:
+    """``pid_k = tl.program_id(a)`` at ``body[index]`` followed by ``ptr = ptr + pid_k * numel``;
+    ``split`` is the SPLIT_K constexpr parameter."""
+
+    index: int
+    pid_k: str
+    ptr: str
+    numel: str
+    split: str
+
+
+@dataclass(frozen=True)
+class SplitForm:
+    """The split-k form ``apply`` writes, with the nodes ``simplify`` edits."""
+
+    kernel: Kernel
+    launch: Launch
+    body_index: int
+    loop: ast.For
+    numel: str
+    split: str
+    reduce: Kernel
+    reduce_launch: Launch
+    ws: ast.Name
+    ws_assign: ast.Assign
+    grid: ast.expr
+
+
 class SplitK(Operator):
     """K partitioned across programs, fp32 partials reduced by a second kernel."""
 
@@ -94,10 +136,12 @@ class SplitK(Operator):
         "with a host-created contiguous output"
     )
     default_params: ClassVar[dict[str, Any]] = {"split_k": 4}
+    params = (Param("split_k", lambda v: is_int(v) and v >= 2, "an int >= 2"),)
 
     # -- analysis
-    def _candidate(self, m: Module, k: Kernel) -> tuple[Any, Launch, ast.For, str, ast.expr, str] | None:
-        """(split, launch, K loop, output param, grid tuple, host output name)."""
+    def _candidate(self, m: Module, k: Kernel) -> SplitCandidate | None:
+        """A matmul kernel ``apply`` can split: one K loop from 0, no epilogue, one launch with a plain
+        tuple grid of its own, the output a fresh torch tensor."""
         if k.autotune is not None or k.heuristics is not None:
             return None
         sp = split_kernel(m, k)
@@ -117,7 +161,7 @@ class SplitK(Operator):
             return None
         la = lts[0]
         gt = grid_tuple(m, la)
-        if _launch_stmt(m, la) is None or gt is None or gt[1] is not None or len(gt[0].elts) > 2:  # type: ignore[attr-defined]
+        if launch_stmt(m, la) is None or gt is None or gt[1] is not None or len(gt[0].elts) > 2:  # type: ignore[attr-defined]
             return None
         if isinstance(la.grid, ast.Name) and sum(
             isinstance(n, ast.Name) and n.id == la.grid.id and isinstance(n.ctx, ast.Load)
@@ -131,27 +175,27 @@ class SplitK(Operator):
         if not (isinstance(made, ast.Call) and (dotted(made.func) or "").startswith("torch.")
                 and (dotted(made.func) or "").rpartition(".")[2] in _MAKERS):
             return None
-        return sp, la, sp.loop, out, gt[0], arg.id
+        return SplitCandidate(la, sp.loop, out, gt[0], arg.id)
 
-    def _split_form(self, m: Module) -> list[dict[str, Any]]:
+    def _split_form(self, m: Module) -> list[SplitForm]:
         """Recognised split-k forms (what apply writes), with the nodes simplify edits."""
         out = []
         by_name = {k.name: k for k in m.kernels}
         for k in m.launched:
             lts = m.launches_of(k)
-            if len(lts) != 1 or _launch_stmt(m, lts[0]) is None:
+            if len(lts) != 1 or launch_stmt(m, lts[0]) is None:
                 continue
             la = lts[0]
-            body = _body(k)
+            body = kernel_body(k)
             found = self._pid_k(m, k, body)
             if found is None:
                 continue
-            i, pid_k, ptr, numel, split = found
+            i, pid_k, ptr, numel, split = found.index, found.pid_k, found.ptr, found.numel, found.split
             loop = next((lp for lp in ast.walk(k.node) if isinstance(lp, ast.For) and range_call(lp, m.al) is not None
                          and self._split_range(range_call(lp, m.al), pid_k, split) is not None), None)  # type: ignore[arg-type]
             if loop is None:
                 continue
-            nxt = _next_stmt(la.func, la.stmt)  # type: ignore[arg-type]
+            nxt = next_stmt(la.func, la.stmt)  # type: ignore[arg-type]
             red = next((x for x in m.launches if isinstance(nxt, ast.Expr) and x.call is nxt.value), None)
             if red is None or red.kernel not in by_name or not self._is_reduce(m, by_name[red.kernel]):
                 continue
@@ -165,12 +209,10 @@ class SplitK(Operator):
                               and st.targets[0].id == ws.id), None)
             if ws_assign is None or kwarg(la.call, numel) is None or kwarg(la.call, split) is None:
                 continue
-            out.append({"kernel": k, "launch": la, "body_index": i, "loop": loop, "ptr": ptr, "numel": numel,
-                        "split": split, "reduce": by_name[red.kernel], "reduce_launch": red, "ws": ws,
-                        "ws_assign": ws_assign, "grid": gt[0]})
+            out.append(SplitForm(k, la, i, loop, numel, split, by_name[red.kernel], red, ws, ws_assign, gt[0]))
         return out
 
-    def _pid_k(self, m: Module, k: Kernel, body: list[ast.stmt]) -> tuple[int, str, str, str, str] | None:
+    def _pid_k(self, m: Module, k: Kernel, body: list[ast.stmt]) -> PidK | None:
         """``pid_k = tl.program_id(a)`` followed by ``ptr = ptr + pid_k * numel``."""
         cex = set(k.constexprs)
         params = [p.name for p in k.params]
@@ -188,7 +230,7 @@ class SplitK(Operator):
                 split = params[-1] if params and params[-1] in cex else None
                 if split is None or params[-2] != v.right.right.id:
                     return None
-                return i, st.targets[0].id, nx.targets[0].id, v.right.right.id, split
+                return PidK(i, st.targets[0].id, nx.targets[0].id, v.right.right.id, split)
         return None
 
     @staticmethod
@@ -213,28 +255,21 @@ class SplitK(Operator):
         )
 
     # -- directions
-    def detect(self, source: str) -> list[Anchor]:
+    def _detect(self, m: Module) -> list[Anchor]:
         """The split-k form apply writes (present); matmul kernels apply can split (applicable)."""
-        m = parse(source)
-        if m is None:
-            return []
         found = self._split_form(m)
-        out = [anchor("present", f["kernel"].node, f"{f['kernel'].name} splits K over programs", f["kernel"])
+        out = [anchor("present", f.kernel.node, f"{f.kernel.name} splits K over programs", f.kernel)
                for f in found]
-        done = {f["kernel"].name for f in found} | {f["reduce"].name for f in found}
+        done = {f.kernel.name for f in found} | {f.reduce.name for f in found}
         for k in m.launched:
             if k.name not in done and self._candidate(m, k) is not None:
                 out.append(anchor("applicable", k.node, f"{k.name}: one K loop, a tuple grid", k))
         return out
 
-    def apply(self, source: str, split_k: int = 4, **params: Any) -> Rewrite | None:
+    def _apply(self, m: Module, split_k: int = 4) -> Rewrite | None:
         """Split the K loop of each recognised matmul kernel over ``split_k`` programs (a new last grid
         axis), with fp32 partials in a workspace and a reduction kernel summing them in order."""
-        check_params(self.id, params, ())
-        if not isinstance(split_k, int) or isinstance(split_k, bool) or split_k < 2:
-            raise ValueError(f"split-k.apply: split_k must be an int >= 2, got {split_k!r}")
-        m = parse(source)
-        if m is None or "torch" not in {
+        if "torch" not in {
             a.asname or a.name for n in m.src.tree.body if isinstance(n, ast.Import) for a in n.names
         }:
             return None
@@ -244,8 +279,8 @@ class SplitK(Operator):
             cand = self._candidate(m, k)
             if cand is None:
                 continue
-            _sp, la, loop, out, grid, host_out = cand
-            body = _body(k)
+            la, loop, out, grid, host_out = cand.launch, cand.loop, cand.out_param, cand.grid, cand.host_out
+            body = kernel_body(k)
             pid_k = unique_name(m.src.tree, "pid_k")
             split = unique_name(m.src.tree, "SPLIT_K")
             numel = unique_name(m.src.tree, "split_numel")
@@ -293,45 +328,38 @@ class SplitK(Operator):
                 f"        acc += {tl}.load(ws_ptr + s * n + offs, mask=mask, other=0.0)\n"
                 f"    {tl}.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)\n"
             )))
-        if not edits:
-            return None
-        return self._rewrite(source, apply_edits(source, edits), {"split_k": split_k}, "apply")
+        return self._edited(m, edits, {"split_k": split_k}, "apply")
 
-    def simplify(self, source: str) -> Rewrite | None:
+    def _simplify(self, m: Module) -> Rewrite | None:
         """Remove the split-k form apply writes: the reduction kernel and its launch, the workspace,
         the program axis, the K-loop split and the two kernel parameters."""
-        m = parse(source)
-        if m is None:
-            return None
         edits: list[Edit] = []
         for f in self._split_form(m):
-            k, la = f["kernel"], f["launch"]
-            body = _body(k)
-            i = f["body_index"]
+            k, la = f.kernel, f.launch
+            body = kernel_body(k)
+            i = f.body_index
             edits.append(Edit(*m.src.line_span(body[i].lineno, body[i + 1].end_lineno or body[i + 1].lineno), ""))
-            rc = range_call(f["loop"], m.al)
-            step, _stop = self._split_range(rc, body[i].targets[0].id, f["split"])  # type: ignore[arg-type]
+            rc = range_call(f.loop, m.al)
+            step, _stop = self._split_range(rc, body[i].targets[0].id, f.split)  # type: ignore[arg-type]
             edits.append(Edit(*m.src.span(rc.args[0]), "0"))  # type: ignore[union-attr]
             edits.append(Edit(*m.src.span(rc.args[2]), m.src.seg(step)))  # type: ignore[union-attr]
             spans = param_spans(m.src, k.node)
             edits.append(Edit(spans[-3][1], spans[-1][1], ""))
-            elts = f["grid"].elts
+            elts = f.grid.elts
             edits.append(Edit(m.src.span(elts[-2])[1], m.src.span(elts[-1])[1], ""))
-            red_la = f["reduce_launch"]
+            red_la = f.reduce_launch
             host_out = m.src.seg(red_la.call.args[1])
-            edits.append(Edit(*m.src.span(f["ws"]), host_out))
-            kws = [kw for kw in la.call.keywords if kw.arg in (f["numel"], f["split"])]
+            edits.append(Edit(*m.src.span(f.ws), host_out))
+            kws = [kw for kw in la.call.keywords if kw.arg in (f.numel, f.split)]
             prev_end = max(m.src.span(x)[1] for x in [*la.call.args, *[kw for kw in la.call.keywords if kw not in kws]])
             edits.append(Edit(prev_end, max(m.src.span(kw)[1] for kw in kws), ""))
-            ws_st = f["ws_assign"]
+            ws_st = f.ws_assign
             edits.append(Edit(*m.src.line_span(ws_st.lineno, ws_st.end_lineno or ws_st.lineno), ""))
             rs = red_la.stmt
             edits.append(Edit(*m.src.line_span(rs.lineno, rs.end_lineno or rs.lineno), ""))
-            r = f["reduce"]
+            r = f.reduce
             first, last = m.src.stmt_lines(r.node)
             while first > 1 and m.src.lines[first - 2].strip() == "":
                 first -= 1
             edits.append(Edit(m.src.line_span(first, first)[0], m.src.line_span(last, last)[1], ""))
-        if not edits:
-            return None
-        return self._rewrite(source, apply_edits(source, edits), {}, "simplify")
+        return self._edited(m, edits, {}, "simplify")

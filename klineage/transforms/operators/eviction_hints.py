@@ -1,0 +1,115 @@
+"""The eviction-hints operator: ``eviction_policy=`` on loads, by how often the data is read."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from typing import Any
+
+from klineage.transforms._module import Module
+from klineage.transforms._source import Edit, add_keyword, remove_keyword
+from klineage.transforms._triton import Kernel, kwarg, tl_func
+from klineage.transforms.features import derived_names, pid_derived
+from klineage.transforms.operator import Anchor, Operator, Rewrite
+from klineage.transforms.operators._common import anchor, has_dot
+from klineage.transforms.operators._restore import kw_record, restore_keywords, where
+
+
+def _base_param(m: Module, k: Kernel, ptr: ast.expr) -> str | None:
+    """The pointer parameter a pointer expression starts from (following local assignments)."""
+    params = {p.name for p in k.params}
+    assigns = {
+        st.targets[0].id: st.value
+        for st in ast.walk(k.node)
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+    }
+    node: ast.AST = ptr
+    for _ in range(8):
+        while isinstance(node, ast.BinOp):
+            node = node.left
+        if isinstance(node, ast.Name):
+            if node.id in params:
+                return node.id
+            if node.id in assigns:
+                node = assigns[node.id]
+                continue
+        return None
+    return None
+
+
+class EvictionHints(Operator):
+    """``eviction_policy`` on loads of row kernels."""
+
+    id = "eviction-hints"
+    name = "Cache eviction hints"
+    intent = "Keep data that will be re-read in L2 (evict_last) and stream single-use data (evict_first)."
+    carrier = "eviction_policy= keywords on tl.load"
+    anchor_predicate = "not has_dot and not eviction_hints"
+    anchor_description = "vector loads in a row or elementwise kernel, some re-read in a later pass"
+    record = "sites"
+
+    def _loads(self, m: Module, k: Kernel) -> list[ast.Call]:
+        vec = derived_names(k.node, m.al, "arange")
+        out = []
+        for n in ast.walk(k.node):
+            if tl_func(n, m.al) == "load" and n.args:  # type: ignore[attr-defined]
+                ptr = n.args[0]  # type: ignore[attr-defined]
+                if any(isinstance(x, ast.Name) and x.id in vec for x in ast.walk(ptr)) or any(
+                    tl_func(x, m.al) == "arange" for x in ast.walk(ptr)
+                ):
+                    out.append(n)
+        return sorted(out, key=lambda c: (c.lineno, c.col_offset))  # type: ignore[return-value]
+
+    def _detect(self, m: Module) -> list[Anchor]:
+        """Loads with an eviction policy (present); vector loads of non-dot kernels without (applicable)."""
+        out = []
+        for k in m.kernels:
+            for c in ast.walk(k.node):
+                if tl_func(c, m.al) in ("load", "store") and kwarg(c, "eviction_policy") is not None:  # type: ignore
+                    out.append(anchor("present", c, f"eviction_policy in {k.name}", k))
+        if not out:
+            for k in m.kernels:
+                if not has_dot(k, m):
+                    out += [anchor("applicable", c, f"vector load in {k.name}", k) for c in self._loads(m, k)]
+        return out
+
+    def _simplify(self, m: Module) -> Rewrite | None:
+        """Drop every ``eviction_policy=`` keyword."""
+        edits, sites = [], []
+        for k in m.kernels:
+            for c in ast.walk(k.node):
+                if tl_func(c, m.al) in ("load", "store") and (e := remove_keyword(m.src, c, "eviction_policy")):
+                    edits.append(e)
+                    sites.append({**where(m, k, c), **(kw_record(m.src, c, "eviction_policy") or {})})  # type: ignore
+        return self._edited(m, edits, {"sites": sites}, "simplify")
+
+    def _restore_edits(
+        self, m: Module, recorded: list[dict[str, Any]], params: Mapping[str, Any]
+    ) -> list[Edit] | None:
+        """The expert's eviction policy put back on each recorded load / store."""
+        return restore_keywords(m, "eviction_policy", recorded)
+
+    def _apply(self, m: Module) -> Rewrite | None:
+        """Per pointer parameter: loads before its last load in the kernel get ``evict_last`` (they are
+        read again), the last one ``evict_first``; a single load gets ``evict_first`` when it depends
+        on the program id (streamed) and ``evict_last`` otherwise (shared by every program). With the
+        ``sites`` simplify recorded, each recorded load/store gets back the expert's policy."""
+        edits = []
+        for k in m.kernels:
+            if has_dot(k, m) or any(kwarg(c, "eviction_policy") for c in self._loads(m, k)):
+                continue
+            pid = pid_derived(k.node, m.al)
+            by_param: dict[str, list[ast.Call]] = {}
+            for c in self._loads(m, k):
+                base = _base_param(m, k, c.args[0])
+                if base is not None:
+                    by_param.setdefault(base, []).append(c)
+            for calls in by_param.values():
+                for i, c in enumerate(calls):
+                    if len(calls) > 1:
+                        policy = "evict_last" if i < len(calls) - 1 else "evict_first"
+                    else:
+                        streamed = any(isinstance(x, ast.Name) and x.id in pid for x in ast.walk(c.args[0]))
+                        policy = "evict_first" if streamed else "evict_last"
+                    edits.append(add_keyword(m.src, c, f'eviction_policy="{policy}"'))
+        return self._edited(m, edits, {}, "apply")

@@ -1,0 +1,224 @@
+"""The single-pass-row operator: rows that fit are held whole in registers and read
+once; longer rows keep the column-looped kernel).
+
+``simplify`` takes the host dispatch ``if next_power_of_2(n_cols) <= SINGLE_PASS_MAX: <single-pass
+launch> else: <looped launch>`` down to its looped branch and deletes what only the single-pass
+branch used (its kernel, its constants and helpers, host locals), so every row takes the looped
+kernel. ``apply`` adds the dispatch to a column-looped row kernel: the single-pass kernel is a copy
+of the looped one with the column loops unrolled (the launch sets the column block to
+``next_power_of_2(n_cols)``, so each loop runs once), its repeated loads of the row merged into one.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from klineage.transforms._module import Module
+from klineage.transforms._source import Edit, Src, apply_edits, reindent
+from klineage.transforms._triton import launch_args, unique_name
+from klineage.transforms.operator import Anchor, Operator, Param, Rewrite
+from klineage.transforms.operators._single_pass import Dispatch, dispatches, looped_kernels, single_pass_kernel
+from klineage.transforms.operators._statements import all_names
+
+
+def _whole_lines(src: Src, stmt: ast.stmt, comments: bool = True) -> tuple[int, int]:
+    """First and last line of a statement, with the comment lines right above it when asked."""
+    first, last = src.stmt_lines(stmt)
+    while comments and first > 1 and src.lines[first - 2].strip().startswith("#"):
+        first -= 1
+    return first, last
+
+
+class SinglePassRow(Operator):
+    """Rows that fit in registers are read once by a single-pass kernel; longer rows keep the
+    column-looped kernel."""
+
+    id = "single-pass-row"
+    name = "Single-pass rows (the whole row in registers when it fits)"
+    intent = (
+        "Give rows up to SINGLE_PASS_MAX columns a kernel that holds the whole row in registers "
+        "(column block = next_power_of_2(n_cols)) and reads it from memory once, and keep the "
+        "column-looped kernel, which re-reads the row on every pass, for longer rows."
+    )
+    carrier = (
+        "the host launch of a row kernel: `if next_power_of_2(n_cols) <= SINGLE_PASS_MAX:` launches "
+        "a single-pass kernel (column loops unrolled, one load of the row), `else:` the looped kernel"
+    )
+    anchor_predicate = "row_reduction and not has_dot and n_loops >= 1 and not single_pass_row"
+    anchor_description = (
+        "a row kernel that loops over the columns of its row in fixed blocks "
+        "(for off in range(0, n_cols, BLOCK)), reading the row once per pass (max/sum/write, "
+        "mean/var/normalize), with no host dispatch to a whole-row kernel for rows that fit"
+    )
+    params = (Param("max_cols"),)
+    record = "code"
+    default_params: ClassVar[Mapping[str, Any]] = {"max_cols": 8192}
+
+    def _detect(self, m: Module) -> list[Anchor]:
+        """The host dispatch to a single-pass kernel (present); a column-looped row kernel
+        (applicable)."""
+        out = []
+        for d in dispatches(m):
+            out.append(Anchor(
+                "present", d.node.lineno, d.node.end_lineno or d.node.lineno,
+                f"{d.func.name}: rows that fit launch {d.single} (whole row in registers), "
+                f"longer rows {d.looped}", d.single,
+            ))
+        for lp in looped_kernels(m):
+            out.append(Anchor(
+                "applicable", lp.loops[0].lineno, lp.loops[-1].end_lineno or lp.loops[-1].lineno,
+                f"{lp.kernel.name}: {len(lp.loops)} loop(s) over the columns in blocks of {lp.block}",
+                lp.kernel.name,
+            ))
+        return out
+
+    # -- simplify: always take the looped path
+    def _simplify(self, m: Module) -> Rewrite | None:
+        """Replace the dispatch by its looped branch and delete what only the single-pass branch
+        used: the single-pass kernel, module constants and helpers, host locals."""
+        found = dispatches(m)
+        if not found:
+            return None
+        d = found[0]
+        edits = []
+        node = d.node
+        first, last = m.src.stmt_lines(node)
+        o_first = _whole_lines(m.src, node.orelse[0])[0]
+        o_last = m.src.stmt_lines(node.orelse[-1])[1]
+        if o_first <= (node.body[-1].end_lineno or 0) + 1:  # comments above else: keep only after it
+            o_first = m.src.stmt_lines(node.orelse[0])[0]
+        o_start, o_end = m.src.line_span(o_first, o_last)
+        kept = reindent(m.src.text[o_start:o_end], m.src.indent_of(node.orelse[0].lineno), m.src.indent_of(node.lineno))
+        edits.append(Edit(*m.src.line_span(first, last), kept))
+        removed: list[ast.AST] = [node.test, *node.body]
+        dead = self._dead(m, d, removed)
+        for st in dead:
+            edits.append(self._delete(m, st))
+        try:
+            return self._removed(m, edits)
+        except ValueError:  # overlapping edits
+            return None
+
+    @staticmethod
+    def _dead(m: Module, d: Dispatch, removed: list[ast.AST]) -> list[ast.stmt]:
+        """Definitions (module level, or top-level statements of the host function) that only the
+        removed code used, transitively."""
+        defs: dict[str, list[ast.stmt]] = {}
+
+        def define(st: ast.stmt) -> None:
+            if isinstance(st, (ast.FunctionDef, ast.ClassDef)):
+                defs.setdefault(st.name, []).append(st)
+            elif isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+                defs.setdefault(st.targets[0].id, []).append(st)
+
+        for st in m.src.tree.body:
+            if st is not d.func:
+                define(st)
+        for st in d.func.body:
+            if st is not d.node:
+                define(st)
+        candidates = all_names(removed)
+        dead: list[ast.stmt] = []
+        gone = {id(n) for r in removed for n in ast.walk(r)}
+        changed = True
+        while changed:
+            changed = False
+            live_uses: set[str] = set()
+            for n in ast.walk(m.src.tree):
+                if id(n) in gone:
+                    continue
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                    live_uses.add(n.id)
+                elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):
+                    pass
+            # names used in strings of __all__ etc. are not considered
+            for name in sorted(candidates):
+                sts = defs.get(name)
+                if not sts or name in live_uses or name == "run":
+                    continue
+                if len(sts) != 1:
+                    continue
+                st = sts[0]
+                if any(st is x for x in dead):
+                    continue
+                dead.append(st)
+                gone |= {id(n) for n in ast.walk(st)}
+                candidates |= all_names([st.value if isinstance(st, ast.Assign) else st])
+                changed = True
+        return sorted(dead, key=lambda s: s.lineno)
+
+    @staticmethod
+    def _delete(m: Module, st: ast.stmt) -> Edit:
+        """The edit deleting a statement with its comment lines; a definition standing between blank
+        lines takes the blank lines above it along."""
+        first, last = _whole_lines(m.src, st)
+        lines = m.src.lines
+        after_blank = last >= len(lines) or lines[last].strip() == ""
+        if after_blank:
+            while first > 1 and lines[first - 2].strip() == "":
+                first -= 1
+        return Edit(*m.src.line_span(first, last), "")
+
+    def _apply(self, m: Module, max_cols: int | None = None) -> Rewrite | None:
+        """Add a single-pass kernel and the host dispatch to it (rows up to ``max_cols`` columns,
+        default 8192) in front of a column-looped row kernel's launch. With the ``code`` simplify
+        recorded, the expert's dispatch, kernel and constants go back exactly."""
+        limit = int(self.default_params["max_cols"] if max_cols is None else max_cols)
+        if limit < 1:
+            raise ValueError(f"{self.id}.apply: max_cols must be positive, got {limit}")
+        found = looped_kernels(m)
+        if not found:
+            return None
+        lp = found[0]
+        k, la = lp.kernel, lp.launch
+        base = k.name.removesuffix("_kernel")
+        kname = unique_name(m.src.tree, f"{base}_single_pass" + ("_kernel" if base != k.name else ""))
+        const = unique_name(m.src.tree, "SINGLE_PASS_MAX")
+        blk = unique_name(m.src.tree, "row_block")
+        try:
+            kernel_text = single_pass_kernel(m, lp, kname)
+        except (SyntaxError, ValueError):
+            return None
+        args = launch_args(la, k)
+        n_text = m.src.seg(args[lp.n_param])
+        # host: the dispatch around the launch
+        stmt = la.stmt
+        assert stmt is not None
+        s_first, s_last = m.src.stmt_lines(stmt)
+        s_start, s_end = m.src.line_span(s_first, s_last)
+        # comment lines right above the launch go with it into the looped branch (simplify takes
+        # that branch back whole)
+        c_start = m.src.line_span(_whole_lines(m.src, stmt)[0], s_last)[0]
+        ind = m.src.indent_of(stmt.lineno)
+        launch_text = m.src.text[s_start:s_end]
+        bs, be = m.src.span(args[lp.block])
+        single = apply_edits(launch_text, [
+            Edit(bs - s_start, be - s_start, blk),
+            Edit(*(p - s_start for p in m.src.span(la.call.func.value)), kname),  # type: ignore[attr-defined]
+        ])
+        launch_text = m.src.text[c_start:s_end]
+        s_start = c_start
+        host = (
+            f"{ind}{blk} = {m.triton}.next_power_of_2({n_text})\n"
+            f"{ind}if {blk} <= {const}:\n"
+            f"{ind}    # the whole row in registers: one read of the row\n"
+            + reindent(single, ind, ind + "    ")
+            + f"{ind}else:\n"
+            + reindent(launch_text, ind, ind + "    ")
+        )
+        edits = [Edit(s_start, s_end, host)]
+        # the kernel, right after the looped one
+        k_end = m.src.line_span(*m.src.stmt_lines(k.node))[1]
+        edits.append(Edit(k_end, k_end, "\n\n" + kernel_text))
+        # the constant, after the imports
+        imports = [st for st in m.src.tree.body if isinstance(st, (ast.Import, ast.ImportFrom))]
+        if not imports:
+            return None
+        at = m.src.line_span(*m.src.stmt_lines(imports[-1]))[1]
+        edits.append(Edit(at, at, f"\n{const} = {limit}  # widest row held whole in registers; longer rows loop\n"))
+        try:
+            return self._edited(m, edits, {"max_cols": limit}, "apply")
+        except ValueError:  # overlapping edits
+            return None
