@@ -21,7 +21,8 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu
 # the baseline process keeps the vendor's time when the trusted process is busy (timing method 2)
 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/validator/test_gpu.py -k baseline_process 2>&1 \
   | tail -5 | tee "$OUT/timing-check.log"
-cp bench/results/agent-h200-cache.sqlite "$OUT/cache.sqlite"
+# the cache of timing method 2 only (runs/2026-12-04-cache-timing-method-1.sqlite holds the earlier one)
+if [ -f bench/results/agent-h200-cache.sqlite ]; then cp bench/results/agent-h200-cache.sqlite "$OUT/cache.sqlite"; fi
 : > "$OUT/results.jsonl"
 python3 bench/evaluate_agent.py run --prepared .eval --cache "$OUT/cache.sqlite" --results "$OUT/results.jsonl" \
   --budget-s "$EVAL_S" --max-shapes 4 --jobs "$JOBS" "$@" 2>&1 | tee "$OUT/evaluation.log" | tail -40
