@@ -211,10 +211,10 @@ def _gate_result(value: Any) -> GateResult:
 
 def is_client_error(error: GraphQLError) -> bool:
     """True when ``error`` is the client's fault (a GraphQLError raised on purpose, a parse or validation
-    error, a permission refusal): no traceback is logged for it. An unexpected exception in a resolver
-    arrives wrapped, with ``original_error`` set to it."""
+    error, which has no path, a permission refusal): no traceback is logged for it. An unexpected exception
+    in a resolver arrives wrapped, with a path and ``original_error`` set to it."""
     original = error.original_error
-    return original is None or isinstance(original, GraphQLError)
+    return original is None or isinstance(original, GraphQLError) or error.path is None
 
 
 class KLineageSchema(strawberry.Schema):

@@ -175,6 +175,15 @@ def test_malformed_bodies_are_400_with_a_message(client: TestClient, name: str,
     assert not [r for r in caplog.records if r.exc_info], "a client error logged a traceback"
 
 
+def test_a_5000_digit_integer_literal_is_a_client_error_without_traceback(
+        client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    query = '{ searchSkills(text: "x", limit: %s) { score } }' % ("1" * 5000)
+    with caplog.at_level(logging.DEBUG):
+        data = client.post("/graphql", json={"query": query}).json()
+    assert data["errors"] and data["data"] is None
+    assert not [r for r in caplog.records if r.exc_info], "a client error logged a traceback"
+
+
 def test_a_non_ascii_bearer_token_is_400(client: TestClient) -> None:
     response = client.post("/graphql", json={"query": "{ workloads { name } }"},
                            headers={"Authorization": "Bearer ключ".encode()})
