@@ -63,12 +63,13 @@ def _ingest(kb: Any, docs: list[LineageDocument]) -> list[Any]:
     (``ingest.pipeline``: conditions re-induced from all the evidence); clean errors, exit code 2."""
     from klineage.ingest.pipeline import ingest_lineages
     from klineage.kb.service import IngestError
+    from klineage.kb.store import StoreError
 
     with Progress(console=err, transient=True) as progress:
         progress.add_task(f"ingesting {len(docs)} lineage(s), merging skills", total=None)
         try:
             summary = ingest_lineages(kb, docs)
-        except (IngestError, FormatError) as exc:
+        except (IngestError, FormatError, StoreError) as exc:  # StoreError: e.g. the write lock timed out
             raise _fail(str(exc)) from exc
     for skill, condition in summary.replaced:
         err.print(f"[yellow]note:[/] {skill}: condition {condition.expr!r} replaced by one re-induced from "
