@@ -200,16 +200,28 @@ def _demo_query(docs: list[LineageDocument]) -> tuple[str, dict[str, Any]]:
                                                                     "dtype": "bf16", "arch": 90}
 
 
-def serve(host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
-          port: Annotated[int, typer.Option(help="Port; GraphiQL is at /graphql.")] = 8000) -> None:
-    """Serve the GraphQL API (GraphiQL at /graphql, health at /healthz) over the configured store."""
-    import uvicorn
-
+def serve_app() -> Any:
+    """The GraphQL app over the configured store (``KLINEAGE_STORE``, ``KLINEAGE_DATA_DIR``), recording
+    applications with feedback: what ``klineage serve`` runs in each worker (``uvicorn --factory``)."""
     from klineage.graphql.app import create_app
     from klineage.ingest.feedback import record_with_feedback
 
     # as `klineage mcp` does: enough verified applications with a context re-induce a skill's conditions
-    uvicorn.run(create_app(_kb(), recorder=record_with_feedback), host=host, port=port, log_level="info")
+    return create_app(_kb(), recorder=record_with_feedback)
+
+
+def serve(host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+          port: Annotated[int, typer.Option(help="Port; GraphiQL is at /graphql.")] = 8000,
+          workers: Annotated[int, typer.Option(min=1, help="Worker processes (each loads the store and the "
+                                               "embedder; writes serialize on the store's lock).")] = 1) -> None:
+    """Serve the GraphQL API (GraphiQL at /graphql, health at /healthz) over the configured store."""
+    import uvicorn
+
+    if workers == 1:
+        uvicorn.run(serve_app(), host=host, port=port, log_level="info")
+    else:
+        uvicorn.run("klineage.cli.kb_commands:serve_app", factory=True, host=host, port=port, workers=workers,
+                    log_level="info")
 
 
 def ingest(paths: Annotated[list[Path], typer.Argument(help="Lineage document files (JSON) or folders of them.")]
