@@ -180,8 +180,8 @@ class Limits:
 
 class QueryLimiter(SchemaExtension):
     """Refuses an operation over ``limits`` (depth, aliases, cost; fragments expanded but measured once each)
-    before validation and execution: strawberry's own depth and alias limiters expand every fragment
-    spread, which takes seconds on a fan-out of 2**20."""
+    before execution (strawberry's own depth and alias limiters expand every fragment spread, which takes
+    seconds on a fan-out of 2**20). Install it after ``ValidationCache``, which replaces the errors."""
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
@@ -189,7 +189,7 @@ class QueryLimiter(SchemaExtension):
     def on_validate(self) -> Iterator[None]:
         context = self.execution_context
         document = context.graphql_document
-        if document is not None and context.pre_execution_errors is None:
+        if document is not None and not context.pre_execution_errors:  # after validation (maybe cached)
             try:
                 problems = self.limits.problems(measure_query(document, context.operation_name, context.variables,
                                                               context.schema._schema))
