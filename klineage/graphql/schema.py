@@ -7,6 +7,7 @@ an MCP server call) and converts records to GraphQL types.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import logging
 import os
@@ -66,11 +67,17 @@ class HasApiToken(BasePermission):
         return hmac.compare_digest(given, expected.encode("utf-8", errors="replace"))
 
 
+@functools.cache
+def _default_analyzer() -> KernelAnalyzer:
+    """One analyzer for contexts built without one (``create_app`` always passes its own)."""
+    return KernelAnalyzer()
+
+
 async def _kernel_facts(info: Info, source: str) -> dict[str, Any]:
     """``KnowledgeBase.search`` keyword arguments for a kernel source (features, summary, operator
     anchors), the same ones the CLI passes, computed off the event loop within the analyzer's size and
     time limits; GraphQLError when the source is too large, does not parse or takes too long."""
-    analyzer = info.context.analyzer or KernelAnalyzer()
+    analyzer = info.context.analyzer or _default_analyzer()
     try:
         return await analyzer.search_kwargs(source)
     except KernelAnalysisError as exc:
