@@ -1,5 +1,5 @@
 """GraphQL load: 50 concurrent clients for 30 s of searchSkills against `klineage serve` with one worker,
-then with several (uvicorn workers over one embedded store), and the servers' RSS before and after the
+then with several (SO_REUSEPORT worker processes over one embedded store), and the servers' RSS before and after the
 abuse probes of issue 18 (huge kernel source, slow kernel, chunked 10 MB body, fragment fan-out,
 aliased kernel sources, malformed bodies, huge context integers). One run, figures printed.
 
@@ -173,14 +173,18 @@ def free_port() -> int:
 
 
 def start_server(data_dir: Path, workers: int) -> tuple[subprocess.Popen[bytes], int]:
-    """``uvicorn klineage.cli.kb_commands:serve_app`` with ``workers`` processes; returns once healthy."""
+    """``klineage.cli.kb_commands:serve_app`` under uvicorn, in ``workers`` SO_REUSEPORT processes when more
+    than one (``klineage.cli.reuseport``); returns once healthy."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "KLINEAGE_STORE": "embedded", "KLINEAGE_DATA_DIR": str(data_dir)}
-    command = [sys.executable, "-m", "uvicorn", "klineage.cli.kb_commands:serve_app", "--factory",
-               "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log"]
-    if workers > 1:
-        command += ["--workers", str(workers)]
+    if workers > 1:  # what `klineage serve --workers N` runs (without access logs)
+        command = [sys.executable, "-m", "klineage.cli.reuseport", "klineage.cli.kb_commands:serve_app",
+                   "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log",
+                   "--workers", str(workers)]
+    else:
+        command = [sys.executable, "-m", "uvicorn", "klineage.cli.kb_commands:serve_app", "--factory",
+                   "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log"]
     proc = subprocess.Popen(command, env=env, cwd=ROOT)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:

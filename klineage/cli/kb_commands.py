@@ -215,13 +215,14 @@ def serve(host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0
           workers: Annotated[int, typer.Option(min=1, help="Worker processes (each loads the store and the "
                                                "embedder; writes serialize on the store's lock).")] = 1) -> None:
     """Serve the GraphQL API (GraphiQL at /graphql, health at /healthz) over the configured store."""
-    import uvicorn
-
     if workers == 1:
+        import uvicorn
+
         uvicorn.run(serve_app(), host=host, port=port, log_level="info")
-    else:
-        uvicorn.run("klineage.cli.kb_commands:serve_app", factory=True, host=host, port=port, workers=workers,
-                    log_level="info")
+    else:  # one SO_REUSEPORT socket per process: the kernel spreads keep-alive clients evenly
+        from klineage.cli.reuseport import run_workers
+
+        raise typer.Exit(run_workers("klineage.cli.kb_commands:serve_app", host, port, workers))
 
 
 def ingest(paths: Annotated[list[Path], typer.Argument(help="Lineage document files (JSON) or folders of them.")]
