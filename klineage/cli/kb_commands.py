@@ -76,12 +76,13 @@ def _ingest(kb: Any, docs: list[LineageDocument]) -> list[Any]:
     (``ingest.pipeline``: conditions re-induced from all the evidence); clean errors, exit code 2."""
     from klineage.ingest.pipeline import ingest_lineages
     from klineage.kb.service import IngestError
+    from klineage.kb.store import StoreError
 
     with Progress(console=err, transient=True) as progress:
         progress.add_task(f"ingesting {len(docs)} lineage(s), merging skills", total=None)
         try:
             summary = ingest_lineages(kb, docs)
-        except (IngestError, FormatError) as exc:
+        except (IngestError, FormatError, StoreError) as exc:  # StoreError: e.g. the write lock timed out
             raise _fail(str(exc)) from exc
     for skill, condition in summary.replaced:
         err.print(f"[yellow]note:[/] {skill}: condition {condition.expr!r} replaced by one re-induced from "
@@ -227,14 +228,10 @@ def _demo_query(docs: list[LineageDocument]) -> tuple[str, dict[str, Any]]:
                                                                     "dtype": "bf16", "arch": 90}
 
 
-def serve(host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
-          port: Annotated[int, typer.Option(help="Port; GraphiQL is at /graphql.")] = 8000) -> None:
-    """Serve the GraphQL API (GraphiQL at /graphql, health at /healthz) over the configured store.
-
-    The embedding model is loaded at start-up, before the port opens; `klineage search --server URL`
-    then answers without loading it."""
-    import uvicorn
-
+def serve_app() -> Any:
+    """The GraphQL app over the configured store (``KLINEAGE_STORE``, ``KLINEAGE_DATA_DIR``), recording
+    applications with feedback, its embedding model and skills loaded before it is returned: what
+    ``klineage serve`` runs in each worker (``uvicorn --factory``)."""
     from klineage.graphql.app import create_app
     from klineage.ingest.feedback import record_with_feedback
 
@@ -243,7 +240,25 @@ def serve(host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0
         seconds = kb.warm_up()
     err.print(f"ready in {seconds:.1f} s: the first request answers as fast as the others")
     # as `klineage mcp` does: enough verified applications with a context re-induce a skill's conditions
-    uvicorn.run(create_app(kb, recorder=record_with_feedback), host=host, port=port, log_level="info")
+    return create_app(kb, recorder=record_with_feedback)
+
+
+def serve(host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+          port: Annotated[int, typer.Option(help="Port; GraphiQL is at /graphql.")] = 8000,
+          workers: Annotated[int, typer.Option(min=1, help="Worker processes (each loads the store and the "
+                                               "embedder; writes serialize on the store's lock).")] = 1) -> None:
+    """Serve the GraphQL API (GraphiQL at /graphql, health at /healthz) over the configured store.
+
+    The embedding model is loaded at start-up, before the port opens; `klineage search --server URL`
+    then answers without loading it."""
+    if workers == 1:
+        import uvicorn
+
+        uvicorn.run(serve_app(), host=host, port=port, log_level="info")
+    else:  # one SO_REUSEPORT socket per process: the kernel spreads keep-alive clients evenly
+        from klineage.cli.reuseport import run_workers
+
+        raise typer.Exit(run_workers("klineage.cli.kb_commands:serve_app", host, port, workers))
 
 
 def ingest(paths: Annotated[list[Path], typer.Argument(help="Lineage document files (JSON) or folders of them.")]

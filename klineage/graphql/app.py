@@ -3,41 +3,55 @@ check at /healthz."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
 
 from klineage.graphql.context import Loaders, RequestContext
+from klineage.graphql.guard import RequestGuard
 from klineage.graphql.ide import ASSETS_PATH, OfflineGraphQLRouter, asset_response
+from klineage.graphql.kernel_analysis import KernelAnalyzer
 from klineage.graphql.schema import schema
 from klineage.kb.service import KnowledgeBase
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
+MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 
 
-def create_app(kb: KnowledgeBase, recorder: Callable[..., Any] | None = None) -> FastAPI:
+def create_app(kb: KnowledgeBase, recorder: Callable[..., Any] | None = None,
+               analyzer: KernelAnalyzer | None = None, max_body_bytes: int = MAX_BODY_BYTES,
+               max_response_bytes: int = MAX_RESPONSE_BYTES, warm: bool = True) -> FastAPI:
     """An app serving ``kb``; each request gets fresh DataLoaders. ``recorder(kb, skill_id, source, outcome,
     speedup, gate_result)`` records an application (default ``kb.record_application``; the CLI passes
-    ``klineage.ingest.feedback.record_with_feedback``, which also re-induces conditions)."""
+    ``klineage.ingest.feedback.record_with_feedback``, which also re-induces conditions). ``analyzer`` derives
+    search inputs from a kernel source off the event loop (default ``KernelAnalyzer()``). Request bodies over
+    ``max_body_bytes`` (counted as read) are refused with 413, GraphQL responses over ``max_response_bytes``
+    are replaced by an error. With ``warm``, start-up loads the embedder and the analysis forkserver, so the
+    first request does not pay for them."""
+    analysis = analyzer if analyzer is not None else KernelAnalyzer()
 
     async def context_getter(request: Request) -> RequestContext:
-        ctx = RequestContext(kb=kb, loaders=Loaders.for_kb(kb), authorization=request.headers.get("authorization"))
+        ctx = RequestContext(kb=kb, loaders=Loaders.for_kb(kb), authorization=request.headers.get("authorization"),
+                             analyzer=analysis)
         if recorder is not None:
             ctx.recorder = recorder
         return ctx
 
-    app = FastAPI(title="KLineage", description="Verified GPU-kernel optimization skills over GraphQL.")
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if warm:
+            await asyncio.gather(asyncio.to_thread(kb.embedder.embed_query, "warm up"),
+                                 asyncio.to_thread(analysis.start))
+        try:
+            yield
+        finally:
+            analysis.close()
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next: Any) -> Any:
-        from fastapi.responses import JSONResponse
-
-        length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            return JSONResponse({"errors": [{"message": f"request body over {MAX_BODY_BYTES} bytes"}]},
-                                status_code=413)
-        return await call_next(request)
+    app = FastAPI(title="KLineage", description="Verified GPU-kernel optimization skills over GraphQL.",
+                  lifespan=lifespan)
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
@@ -48,4 +62,6 @@ def create_app(kb: KnowledgeBase, recorder: Callable[..., Any] | None = None) ->
         return asset_response(name, request)
 
     app.include_router(OfflineGraphQLRouter(schema, context_getter=context_getter), prefix="/graphql")
+    app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes,  # type: ignore[arg-type]
+                       max_response_bytes=max_response_bytes)
     return app

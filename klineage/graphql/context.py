@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from strawberry.dataloader import DataLoader
 from strawberry.fastapi import BaseContext
 
+from klineage.graphql.kernel_analysis import KernelAnalyzer
 from klineage.kb.service import KnowledgeBase, record_application
 from klineage.schema.graph import Node
 
@@ -64,9 +65,11 @@ class Loaders:
 
 @dataclass
 class RequestContext(BaseContext):
-    """What every resolver sees: ``kb``, ``loaders`` and the request's Authorization header."""
+    """What every resolver sees: ``kb``, ``loaders``, the request's Authorization header and the kernel
+    ``analyzer`` (None: a fresh ``KernelAnalyzer`` per use)."""
 
     kb: KnowledgeBase
     loaders: Loaders
     authorization: str | None = None
     recorder: Callable[..., Any] = field(default=record_application)
+    analyzer: KernelAnalyzer | None = None

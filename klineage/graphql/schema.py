@@ -7,17 +7,22 @@ an MCP server call) and converts records to GraphQL types.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
+import logging
 import os
 from typing import Any
 
 import strawberry
 from graphql import GraphQLError
-from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
+from strawberry.extensions import MaxTokensLimiter, ParserCache, ValidationCache
 from strawberry.permission import BasePermission
 from strawberry.scalars import JSON
+from strawberry.types import ExecutionContext
 
 from klineage.graphql.context import RequestContext
+from klineage.graphql.cost import Limits, QueryLimiter
+from klineage.graphql.kernel_analysis import KernelAnalysisError, KernelAnalyzer
 from klineage.graphql.types import (
     Applicability,
     Application,
@@ -40,9 +45,12 @@ MAX_DEPTH = 8
 MAX_TOKENS = 2000
 MAX_ALIASES = 15
 MAX_LIMIT = 100
+MAX_COST = 25_000
+DOCUMENT_CACHE_SIZE = 256
 TOKEN_ENV = "KLINEAGE_API_TOKEN"
 
 Info = strawberry.Info[RequestContext, None]
+logger = logging.getLogger("klineage.graphql")
 
 
 class HasApiToken(BasePermission):
@@ -55,19 +63,25 @@ class HasApiToken(BasePermission):
         header = info.context.authorization or ""
         if not expected or not header.startswith("Bearer "):
             return False
-        return hmac.compare_digest(header.removeprefix("Bearer ").strip(), expected)
+        given = header.removeprefix("Bearer ").strip().encode("utf-8", errors="replace")
+        return hmac.compare_digest(given, expected.encode("utf-8", errors="replace"))
 
 
-def _kernel_facts(source: str) -> dict[str, Any]:
+@functools.cache
+def _default_analyzer() -> KernelAnalyzer:
+    """One analyzer for contexts built without one (``create_app`` always passes its own)."""
+    return KernelAnalyzer()
+
+
+async def _kernel_facts(info: Info, source: str) -> dict[str, Any]:
     """``KnowledgeBase.search`` keyword arguments for a kernel source (features, summary, operator
-    anchors), the same ones the CLI passes; GraphQLError when the source does not parse."""
-    from klineage.transforms.facts import kernel_facts
-
+    anchors), the same ones the CLI passes, computed off the event loop within the analyzer's size and
+    time limits; GraphQLError when the source is too large, does not parse or takes too long."""
+    analyzer = info.context.analyzer or _default_analyzer()
     try:
-        return kernel_facts(source).search_kwargs()
-    except SyntaxError as exc:
-        raise GraphQLError(f"kernelSource: expected Python source that parses ({exc.msg}, line {exc.lineno})") \
-            from exc
+        return await analyzer.search_kwargs(source)
+    except KernelAnalysisError as exc:
+        raise GraphQLError(str(exc)) from exc
 
 
 def hit_to_graphql(hit: Any) -> SkillHit:
@@ -101,7 +115,7 @@ class Query:
             raise GraphQLError(f"limit: expected 1..{MAX_LIMIT}, got {limit}")
         if context is not None and not isinstance(context, dict):
             raise GraphQLError("context: expected a JSON object of feature name to value")
-        kernel = _kernel_facts(kernel_source) if kernel_source else {}
+        kernel = await _kernel_facts(info, kernel_source) if kernel_source else {}
         kb = info.context.kb
         try:
             hits = await asyncio.to_thread(kb.search, text=text, context=context, limit=limit, **kernel)
@@ -161,10 +175,10 @@ class IngestResult:
 class Mutation:
     @strawberry.mutation(permission_classes=[HasApiToken],
                          description="Add a lineage document to the knowledge base (idempotent).")
-    def ingest_lineage(self, info: Info, document: JSON) -> IngestResult:
+    async def ingest_lineage(self, info: Info, document: JSON) -> IngestResult:
         try:
             doc = parse_lineage_document(document, "document")
-            report = info.context.kb.ingest(doc)
+            report = await asyncio.to_thread(info.context.kb.ingest, doc)  # embeds and writes: off the loop
         except (FormatError, ValueError) as exc:
             raise GraphQLError(str(exc)) from exc
         return IngestResult(lineage_id=strawberry.ID(report.lineage_id),
@@ -175,15 +189,15 @@ class Mutation:
                          description="Record an agent's use of a skill on new code, with its outcome; with "
                          "the gate result that judged the kernel it is verified and updates the skill's effect; "
                          "context: the problem features of the measured shape (what re-induction learns from).")
-    def record_application(self, info: Info, skill_id: strawberry.ID, kernel_source: str, outcome: str,
+    async def record_application(self, info: Info, skill_id: strawberry.ID, kernel_source: str, outcome: str,
                            speedup: float | None = None, gate_result: JSON | None = None,
                            context: JSON | None = None) -> Application:
         if context is not None and not isinstance(context, dict):
             raise GraphQLError("context: expected a JSON object of feature name to value")
         try:
             gate = _gate_result(gate_result) if gate_result is not None else None
-            app = info.context.recorder(info.context.kb, str(skill_id), kernel_source, outcome, speedup, gate,
-                                        context)
+            app = await asyncio.to_thread(info.context.recorder, info.context.kb, str(skill_id), kernel_source,
+                                          outcome, speedup, gate, context)
         except (KeyError, ValueError) as exc:
             raise GraphQLError(str(exc).strip("'\"")) from exc
         return Application(id=strawberry.ID(app.id), skill_id=strawberry.ID(app.skill_id),
@@ -204,13 +218,37 @@ def _gate_result(value: Any) -> GateResult:
     return result
 
 
+def is_client_error(error: GraphQLError) -> bool:
+    """True when ``error`` is the client's fault (a GraphQLError raised on purpose, a parse or validation
+    error, which has no path, a permission refusal): no traceback is logged for it. An unexpected exception
+    in a resolver arrives wrapped, with a path and ``original_error`` set to it."""
+    original = error.original_error
+    return original is None or isinstance(original, GraphQLError) or error.path is None
+
+
+class KLineageSchema(strawberry.Schema):
+    """The schema, logging client errors in one line (no traceback) and unexpected errors in full."""
+
+    def process_errors(self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
+                       ) -> None:
+        unexpected = [e for e in errors if not is_client_error(e)]
+        for error in errors:
+            if is_client_error(error):
+                logger.info("client error: %s", error.message)
+        if unexpected:
+            super().process_errors(unexpected, execution_context)
+
+
 def build_schema() -> strawberry.Schema:
-    """The schema with depth, token and alias limits installed."""
-    return strawberry.Schema(
+    """The schema with depth, token, alias and cost limits installed. Parsed documents and their validation
+    are cached (LRU of DOCUMENT_CACHE_SIZE query texts): clients repeat the same few queries with other
+    variables, and validation was a third of a search's time."""
+    return KLineageSchema(
         query=Query, mutation=Mutation,
-        extensions=[lambda: QueryDepthLimiter(max_depth=MAX_DEPTH),
-                    lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
-                    lambda: MaxAliasesLimiter(max_alias_count=MAX_ALIASES)],
+        extensions=[lambda: MaxTokensLimiter(max_token_count=MAX_TOKENS),
+                    lambda: ParserCache(maxsize=DOCUMENT_CACHE_SIZE),
+                    lambda: ValidationCache(maxsize=DOCUMENT_CACHE_SIZE),
+                    lambda: QueryLimiter(Limits(max_cost=MAX_COST, max_depth=MAX_DEPTH, max_aliases=MAX_ALIASES))],
     )
 
 

@@ -17,6 +17,12 @@ A derived condition (source ``induced`` or ``gate-failure``) stored earlier by a
 by a run with less evidence is unlinked from its skill once the re-induced one is stored
 (``KnowledgeBase.drop_conditions``; ``IngestSummary.replaced`` lists them), so that search never ANDs
 an old rule with the new one. Declared conditions are never touched.
+
+Concurrency and sample data: the whole read-merge-write runs under the store's write lock
+(``KnowledgeBase.exclusive``), so two ``klineage ingest`` runs on one data folder serialize instead of
+overwriting each other's merged evidence. Sample documents (test fixtures) never merge into measured
+skills: a batch in which one would is refused before anything is written, and measured documents induce
+their conditions from measured evidence only.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from klineage.ingest.extract import MergedSkill, SkillInstance, merge_skills, skill_instances, skill_json
-from klineage.kb.service import IngestReport, KnowledgeBase
+from klineage.kb.service import IngestError, IngestReport, KnowledgeBase
 from klineage.schema.lineage_document import LineageDocument, parse_lineage_document
 from klineage.schema.records import Condition, skill_id, workload_id
 
@@ -113,13 +119,54 @@ def ingest_lineages(kb: KnowledgeBase, documents: Sequence[LineageDocument]) -> 
     """Ingest ``documents`` with every skill's conditions re-induced from all the evidence about it
     (these documents and the lineages already stored), then unlink the derived conditions they replace.
 
-    Idempotent as ``kb.ingest`` is: running it again on the same documents writes nothing new
+    Holds the store's write lock throughout (concurrent runs serialize; StoreError after the lock
+    time-out). Measured documents are merged with measured evidence only; a sample document whose
+    operator has measured evidence (stored or in this batch) is refused with IngestError before anything
+    is written. Idempotent as ``kb.ingest`` is: running it again on the same documents writes nothing new
     (the same evidence induces the same expressions, whose ids are content hashes). Raises what
     ``kb.ingest`` raises (IngestError) or ``parse_lineage_document`` raises; documents before the
     failing one stay ingested.
     """
+    with kb.exclusive():
+        _refuse_sample_into_measured(kb, documents)
+        measured = [d for d in documents if not d.sample]
+        samples = [d for d in documents if d.sample]
+        parts = [_ingest_group(kb, group, sample) for group, sample in ((measured, False), (samples, True)) if group]
+    by_doc = {id(d): r for part, group in zip(parts, [g for g in (measured, samples) if g], strict=True)
+              for d, r in zip(group, part.reports, strict=True)}
+    return IngestSummary(tuple(by_doc[id(d)] for d in documents),
+                         tuple(m for part in parts for m in part.merged),
+                         tuple(x for part in parts for x in part.replaced))
+
+
+def _refuse_sample_into_measured(kb: KnowledgeBase, documents: Sequence[LineageDocument]) -> None:
+    """IngestError when a sample document's operator has measured evidence (stored or in ``documents``)."""
+    sample_ops = {s["operator"] for d in documents if d.sample for s in d.data["steps"]}
+    if not sample_ops:
+        return
+    measured_ops = {s["operator"] for d in documents if not d.sample for s in d.data["steps"]}
+    ops = sorted(sample_ops)
+    stored = kb.store.get_many("Skill", [skill_id(op) for op in ops])
+    measured_ops |= {op for op, node in zip(ops, stored, strict=True)
+                     if node is not None and not bool(node.props.get("sample", False))}
+    clash = sorted(sample_ops & measured_ops)
+    if clash:
+        names = ", ".join(d.source or d.id for d in documents if d.sample
+                          and {s["operator"] for s in d.data["steps"]} & set(clash))
+        raise IngestError(f"{names}: sample document(s) (sample: true, test fixture data) would merge evidence into "
+                          f"the measured skill(s) of {', '.join(clash)}; sample evidence never merges into measured "
+                          "skills. Ingest fixtures into a separate data folder (KLINEAGE_DATA_DIR); nothing was "
+                          "ingested")
+
+
+def _ingest_group(kb: KnowledgeBase, documents: Sequence[LineageDocument], sample: bool) -> IngestSummary:
+    """``ingest_lineages`` for documents that are all sample or all measured (the caller holds the lock);
+    measured documents see only measured stored evidence."""
     operators = sorted({s["operator"] for doc in documents for s in doc.data["steps"]})
     prior = stored_instances(kb, operators, exclude_lineages=[doc.id for doc in documents])
+    if not sample:
+        prior = [[i for i in lineage if not i.sample] for lineage in prior]
+        prior = [lineage for lineage in prior if lineage]
     docs, merged = merged_documents(documents, prior)
     reports = tuple(kb.ingest(doc) for doc in docs)
     wanted: dict[str, dict[str, set[str]]] = {}
@@ -137,4 +184,3 @@ def ingest_lineages(kb: KnowledgeBase, documents: Sequence[LineageDocument]) -> 
                              if c.source in _DERIVED_SOURCES and c.expr not in wanted[sid][kind])
     kb.drop_conditions(stale)
     return IngestSummary(reports, tuple(merged), tuple(stale))
-

@@ -13,6 +13,13 @@ Anything else (calls, attributes, subscripts, lambdas, comprehensions, f-strings
 ``ConditionError`` naming the construct and its column. Evaluation never runs Python code: it walks
 the checked tree.
 
+Bounds, checked at parse so that a stored expression can always be evaluated: at most
+``MAX_EXPRESSION_CHARS`` characters, ``MAX_NODES`` syntax nodes, ``MAX_DEPTH`` levels of nesting
+(tree and parentheses); ASCII only (full-width letters would NFKC-normalize into feature names), no
+comments; a power's exponent is a number constant of magnitude at most ``MAX_POWER_EXPONENT``; and the
+constant parts must evaluate (no ``1 / 0``, no ``'a' + 1``). Parsed expressions are cached, at most
+``PARSE_CACHE_SIZE`` of them (least recently used first out).
+
 Evaluation is three-valued (Kleene logic): a feature the caller did not supply is *unknown*, and
 unknown propagates through arithmetic and comparisons; ``False and unknown`` is False, ``True or
 unknown`` is True, ``not unknown`` is unknown. The ``Verdict`` says which clause decided.
@@ -27,7 +34,9 @@ computes them from source); ``tests/kb/test_conditions.py`` checks that the two 
 from __future__ import annotations
 
 import ast
+import io
 import math
+import tokenize
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -36,8 +45,11 @@ from typing import Any
 from klineage.schema import pyast
 
 MAX_EXPRESSION_CHARS = 2000
-MAX_POWER_EXPONENT = 256
+MAX_NODES = 200
+MAX_DEPTH = 16
+MAX_POWER_EXPONENT = 64
 MAX_INT_BITS = 4096
+PARSE_CACHE_SIZE = 1024
 
 #: Problem features: what the caller's problem looks like (``kb.features.problem_features``).
 PROBLEM_FEATURE_DOCS: Mapping[str, str] = {
@@ -220,6 +232,8 @@ class _Checker:
         elif isinstance(node, ast.BinOp):
             if type(node.op) not in _BINARY:
                 raise self.fail(node, _describe(node.op))
+            if isinstance(node.op, ast.Pow):
+                self.check_power(node)
             self.check(node.left)
             self.check(node.right)
         elif isinstance(node, ast.Compare):
@@ -243,6 +257,18 @@ class _Checker:
             raise self.fail(node, "a collection literal outside `in` / `not in`")
         else:
             raise self.fail(node, _describe(node))
+
+    def check_power(self, node: ast.BinOp) -> None:
+        exponent = node.right
+        if isinstance(exponent, ast.UnaryOp) and isinstance(exponent.op, (ast.USub, ast.UAdd)):
+            exponent = exponent.operand
+        if not (isinstance(exponent, ast.Constant) and _number(exponent.value)
+                and abs(exponent.value) <= MAX_POWER_EXPONENT):
+            raise self.fail(node.right, f"an exponent other than a number constant of magnitude at most "
+                                        f"{MAX_POWER_EXPONENT}")
+        if isinstance(node.left, ast.Constant) and isinstance(node.left.value, int) and \
+                node.left.value.bit_length() > 64:
+            raise self.fail(node.left, "a power of an integer constant over 64 bits")
 
     def check_collection(self, node: ast.AST) -> None:
         if not isinstance(node, (ast.Tuple, ast.List, ast.Set)):
@@ -272,16 +298,55 @@ class CompiledCondition:
         return Verdict(value, decided, missing, evaluator.error)
 
 
-@lru_cache(maxsize=4096)
+def _check_text(expr: str) -> None:
+    """ASCII only, no comments, parentheses nested at most MAX_DEPTH deep (tokenize errors are left to
+    ``ast.parse``, which words them better)."""
+    for i, ch in enumerate(expr):
+        if not ch.isascii():
+            raise ConditionError(expr, f"the non-ASCII character {ch!r} at column {i + 1} is not allowed; write "
+                                       "feature names, operators and strings in ASCII")
+    depth = 0
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(expr).readline):
+            if token.type == tokenize.COMMENT:
+                raise ConditionError(expr, f"a comment at column {token.start[1] + 1} is not allowed")
+            if token.type == tokenize.OP and token.string in "([{":
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ConditionError(expr, f"parentheses nested deeper than {MAX_DEPTH} levels")
+            elif token.type == tokenize.OP and token.string in ")]}":
+                depth -= 1
+    except (tokenize.TokenError, SyntaxError):
+        return
+
+
+def _check_size(expr: str, tree: ast.Expression) -> None:
+    """At most MAX_NODES syntax nodes and MAX_DEPTH levels of nesting (counted without recursion)."""
+    nodes = 0
+    stack: list[tuple[ast.AST, int]] = [(tree.body, 1)]
+    while stack:
+        node, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise ConditionError(expr, f"more than {MAX_NODES} terms and operators; split the condition")
+        if depth > MAX_DEPTH:
+            raise ConditionError(expr, f"nested deeper than {MAX_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node)
+                     if not isinstance(child, (ast.operator, ast.cmpop, ast.boolop, ast.unaryop, ast.expr_context)))
+
+
+@lru_cache(maxsize=PARSE_CACHE_SIZE)
 def parse_condition(expr: str) -> CompiledCondition:
     """Parse and check ``expr``; raise ConditionError saying what is not allowed and where.
 
-    The result is cached: the same text compiles once per process.
+    A returned condition is within every bound of the module docstring and its constant parts evaluate,
+    so ``evaluate`` cannot fail on it. The result is cached (least recently used of PARSE_CACHE_SIZE).
     """
     if not isinstance(expr, str) or not expr.strip():
         raise ConditionError(str(expr), "an empty expression; write a predicate such as `K % 64 == 0`")
     if len(expr) > MAX_EXPRESSION_CHARS:
         raise ConditionError(expr[:60] + "...", f"longer than {MAX_EXPRESSION_CHARS} characters")
+    _check_text(expr)
     try:
         tree = pyast.parse(expr.strip(), mode="eval")
     except SyntaxError as exc:
@@ -289,12 +354,15 @@ def parse_condition(expr: str) -> CompiledCondition:
         raise ConditionError(expr, f"not a valid expression ({exc.msg}{col}); {ALLOWED}") from exc
     except (ValueError, RecursionError, MemoryError) as exc:
         raise ConditionError(expr, f"not a valid expression ({type(exc).__name__})") from exc
+    _check_size(expr, tree)
     checker = _Checker(expr.strip())
-    try:
-        checker.check(tree.body)
-    except RecursionError as exc:
-        raise ConditionError(expr, "nested too deeply") from exc
-    return CompiledCondition(expr.strip(), tree, frozenset(checker.names))
+    checker.check(tree.body)
+    compiled = CompiledCondition(expr.strip(), tree, frozenset(checker.names))
+    constant = _Evaluator(compiled.expr, {})
+    constant.truth(tree.body)  # every feature unknown: only the constant parts are computed
+    if constant.error is not None:
+        raise ConditionError(expr, f"cannot be evaluated: {constant.error}")
+    return compiled
 
 
 def check_features(expr: str, known: Iterable[str] = FEATURES) -> tuple[str, ...]:

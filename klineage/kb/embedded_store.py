@@ -19,6 +19,11 @@ Durability and concurrency:
 * writers take an exclusive ``flock`` on ``.lock``, then reload the file if another process
   replaced it since this one last read it, validate the batch against that newest state and
   write: two writers at once never lose each other's batches;
+* a read-merge-write (an ingest merging evidence into stored skills) holds the lock across all of
+  it with ``exclusive()``: its reads see the newest state and nobody writes until it is done, so two
+  ingests at once never lose each other's merged evidence;
+* a writer waits for the lock at most ``lock_timeout_s`` seconds (``KLINEAGE_LOCK_TIMEOUT_S``,
+  default 120), then StoreError says who holds what; it never waits forever;
 * readers check the file's identity (inode, mtime, size) before each read and reload when another
   process wrote a newer state.
 
@@ -40,6 +45,7 @@ import os
 import re
 import tempfile
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -59,6 +65,9 @@ STATE_FILE = "graph.jsonl"
 LOCK_FILE = ".lock"
 TEMP_PREFIX = ".graph.jsonl.tmp-"
 PACK_MIN_FLOATS = 16
+LOCK_TIMEOUT_ENV = "KLINEAGE_LOCK_TIMEOUT_S"
+DEFAULT_LOCK_TIMEOUT_S = 120.0
+LOCK_POLL_S = 0.05
 BM25_K1 = 1.2
 BM25_B = 0.75
 
@@ -175,15 +184,19 @@ class EmbeddedStore:
     lock for writes, reload on change for reads).
     """
 
-    def __init__(self, data_dir: Path | str) -> None:
+    def __init__(self, data_dir: Path | str, lock_timeout_s: float | None = None) -> None:
         self.data_dir = Path(data_dir)
+        self.lock_timeout_s = lock_timeout_s if lock_timeout_s is not None else _env_timeout()
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"embedded store: cannot create the data folder {self.data_dir}: {exc}") from exc
         self._path = self.data_dir / STATE_FILE
         self._lock_path = self.data_dir / LOCK_FILE
-        self._mutex = threading.RLock()
+        self._mutex = threading.RLock()  # guards the in-memory state (readers and writers)
+        self._writer = threading.RLock()  # one writer at a time in this process; held with the file lock
+        self._lock_handle: Any = None
+        self._lock_depth = 0
         self._closed = False
         self._reset()
         self._refresh()
@@ -282,15 +295,56 @@ class EmbeddedStore:
 
     @contextlib.contextmanager
     def _file_lock(self) -> Iterator[None]:
+        """Hold the writer lock: this process's writer mutex, then the ``flock`` on ``.lock`` (re-entrant
+        in the holding thread). Waits at most ``lock_timeout_s``; StoreError after that."""
+        deadline = time.monotonic() + self.lock_timeout_s
+        if not self._writer.acquire(timeout=max(self.lock_timeout_s, 0.001)):
+            raise self._timeout_error("another thread of this process")
         try:
-            handle = open(self._lock_path, "a+")  # noqa: SIM115 - held for the duration of the block
+            if self._lock_depth == 0:
+                self._lock_handle = self._acquire_flock(deadline)
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+                if self._lock_depth == 0:
+                    handle, self._lock_handle = self._lock_handle, None
+                    handle.close()  # closing releases the flock
+        finally:
+            self._writer.release()
+
+    def _acquire_flock(self, deadline: float) -> Any:
+        try:
+            handle = open(self._lock_path, "a+")  # noqa: SIM115 - held until the outermost block ends
         except OSError as exc:
             raise StoreError(f"embedded store: cannot open the lock file {self._lock_path}: {exc}") from exc
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return handle
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    handle.close()
+                    raise self._timeout_error("another process (another `klineage ingest` or server)") from None
+                time.sleep(LOCK_POLL_S)
+            except OSError as exc:
+                handle.close()
+                raise StoreError(f"embedded store: cannot lock {self._lock_path}: {exc}") from exc
+
+    def _timeout_error(self, holder: str) -> StoreError:
+        return StoreError(f"embedded store {self.data_dir}: {holder} has held the write lock {self._lock_path} "
+                          f"for over {self.lock_timeout_s:g} s (the lock time-out); nothing was written. Wait for "
+                          f"it to finish and retry, or set ${LOCK_TIMEOUT_ENV} to wait longer")
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the write lock for a read-merge-write: nobody else writes to this data folder until the
+        block ends, and reads inside it see the newest stored state. Re-entrant; upserts inside it do not
+        wait. StoreError when the lock is not had within ``lock_timeout_s``."""
+        self._check_open()
+        with self._file_lock():
             yield
-        finally:
-            handle.close()  # closing releases the flock
 
     def _write(self, generation: int, node_lines: Mapping[str, str],
                rel_lines: Mapping[tuple[str, str, str], str]) -> tuple[int, int, int]:
@@ -350,24 +404,23 @@ class EmbeddedStore:
         """
         if not isinstance(batch, GraphBatch):
             raise StoreError(f"upsert expects a GraphBatch, got {type(batch).__name__}")
-        with self._mutex:
-            self._check_open()
-            with self._file_lock():
-                self._refresh()
-                nodes, rels = self._plan(batch)
-                if not nodes and not rels:
-                    return
-                node_lines = {**self._node_lines, **{nid: line for nid, (_, _, line) in nodes.items()}}
-                rel_lines = {**self._rel_lines, **{key: line for key, (_, line) in rels.items()}}
-                generation = self._generation + 1
-                identity = self._write(generation, node_lines, rel_lines)
-                for node_id, (label, props, _) in nodes.items():
-                    self._graph.add_node(node_id, label=label, props=props)
-                for (rel_type, source, target), (props, _) in rels.items():
-                    self._graph.add_edge(source, target, key=rel_type, props=props)
-                self._node_lines, self._rel_lines = node_lines, rel_lines
-                self._generation, self._identity = generation, identity
-                self._invalidate()
+        self._check_open()
+        with self._file_lock(), self._mutex:
+            self._refresh()
+            nodes, rels = self._plan(batch)
+            if not nodes and not rels:
+                return
+            node_lines = {**self._node_lines, **{nid: line for nid, (_, _, line) in nodes.items()}}
+            rel_lines = {**self._rel_lines, **{key: line for key, (_, line) in rels.items()}}
+            generation = self._generation + 1
+            identity = self._write(generation, node_lines, rel_lines)
+            for node_id, (label, props, _) in nodes.items():
+                self._graph.add_node(node_id, label=label, props=props)
+            for (rel_type, source, target), (props, _) in rels.items():
+                self._graph.add_edge(source, target, key=rel_type, props=props)
+            self._node_lines, self._rel_lines = node_lines, rel_lines
+            self._generation, self._identity = generation, identity
+            self._invalidate()
 
     def _plan(self, batch: GraphBatch) -> tuple[dict[str, tuple[str, Any, str]],
                                                  dict[tuple[str, str, str], tuple[Any, str]]]:
@@ -446,22 +499,21 @@ class EmbeddedStore:
         unknown = sorted(t for t, _, _ in wanted if t not in RELATIONSHIP_NAMES)
         if unknown:
             raise StoreError(f"unknown relationship type {unknown[0]!r}")
-        with self._mutex:
-            self._check_open()
-            with self._file_lock():
-                self._refresh()
-                present = [key for key in wanted if key in self._rel_lines]
-                if not present:
-                    return 0
-                rel_lines = {k: v for k, v in self._rel_lines.items() if k not in set(present)}
-                generation = self._generation + 1
-                identity = self._write(generation, self._node_lines, rel_lines)
-                for rel_type, source, target in present:
-                    self._graph.remove_edge(source, target, key=rel_type)
-                self._rel_lines = rel_lines
-                self._generation, self._identity = generation, identity
-                self._invalidate()
-                return len(present)
+        self._check_open()
+        with self._file_lock(), self._mutex:
+            self._refresh()
+            present = [key for key in wanted if key in self._rel_lines]
+            if not present:
+                return 0
+            rel_lines = {k: v for k, v in self._rel_lines.items() if k not in set(present)}
+            generation = self._generation + 1
+            identity = self._write(generation, self._node_lines, rel_lines)
+            for rel_type, source, target in present:
+                self._graph.remove_edge(source, target, key=rel_type)
+            self._rel_lines = rel_lines
+            self._generation, self._identity = generation, identity
+            self._invalidate()
+            return len(present)
 
     def get(self, label: str, node_id: str) -> Node | None:
         """The node with this label and id, or None."""
@@ -678,6 +730,18 @@ class EmbeddedStore:
         with self._mutex:
             self._closed = True
             self._reset()
+
+
+def _env_timeout() -> float:
+    """The lock time-out from ``KLINEAGE_LOCK_TIMEOUT_S`` (seconds), else DEFAULT_LOCK_TIMEOUT_S."""
+    text = os.environ.get(LOCK_TIMEOUT_ENV, "").strip()
+    try:
+        value = float(text) if text else DEFAULT_LOCK_TIMEOUT_S
+    except ValueError:
+        raise StoreError(f"${LOCK_TIMEOUT_ENV}={text!r}: expected a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise StoreError(f"${LOCK_TIMEOUT_ENV}={text!r}: expected a number of seconds >= 0")
+    return value
 
 
 def _top(scores: np.ndarray, k: int) -> np.ndarray:

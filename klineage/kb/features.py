@@ -60,6 +60,9 @@ ALIASES: Mapping[str, str] = {
     "sm": "arch", "compute_capability": "arch", "num_sms": "sm_count", "sms": "sm_count",
 }
 
+#: The largest magnitude a numeric feature may have (1e18: beyond any real problem's bytes or flops; larger
+#: integers cannot be turned into floats for derived features).
+MAX_FEATURE_MAGNITUDE = 10**18
 _BOOL_FEATURES = frozenset({"causal", "has_tma"})
 _INT_FEATURES = frozenset({"M", "N", "K", "B", "H", "S", "D", "rows", "cols", "vocab", "numel", "bytes",
                            "dtype_bytes", "flops", "sm_count", "smem_per_sm", "smem_per_block", "out_elems",
@@ -139,9 +142,21 @@ def _as_bool(name: str, value: Any) -> bool:
     raise FeatureError(f"{name} {value!r}: expected true or false")
 
 
+def _check_magnitude(name: str, value: Any) -> None:
+    """FeatureError when ``value`` is a number (not a bool) larger in magnitude than MAX_FEATURE_MAGNITUDE."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        return
+    if abs(value) > MAX_FEATURE_MAGNITUDE:
+        shown = f"{value:.3g}" if isinstance(value, float) else f"an integer of {len(str(abs(value)))} digits"
+        raise FeatureError(f"{name} {shown}: magnitude over the limit of {MAX_FEATURE_MAGNITUDE:.0e}")
+
+
 def _as_number(name: str, value: Any) -> int | float:
     if isinstance(value, bool):
         raise FeatureError(f"{name} {value!r}: expected a number")
+    _check_magnitude(name, value)
     if isinstance(value, int):
         return value
     if isinstance(value, float):
@@ -150,9 +165,12 @@ def _as_number(name: str, value: Any) -> int | float:
         return int(value) if value.is_integer() and name in _INT_FEATURES else value
     text = str(value).strip().replace("_", "")
     try:
-        return int(text)
+        whole = int(text)
     except ValueError:
         pass
+    else:
+        _check_magnitude(name, whole)
+        return whole
     try:
         number = float(text)
     except ValueError:
@@ -161,6 +179,7 @@ def _as_number(name: str, value: Any) -> int | float:
 
 
 def _scalar(name: str, value: Any) -> Any:
+    _check_magnitude(name, value)
     if name == "dtype":
         return canonical_dtype(value)
     if name == "arch":

@@ -48,6 +48,7 @@ number of batched store calls (conditions of all skills in one ``neighbors`` cal
 from __future__ import annotations
 
 import bisect
+import logging
 import math
 import re
 import statistics
@@ -64,6 +65,8 @@ from klineage.schema.graph import Node
 from klineage.schema.graph_spec import FULLTEXT_INDEXES
 from klineage.schema.lineage_document import step_speedups
 from klineage.schema.records import Condition, Evidence, Risk, Skill
+
+logger = logging.getLogger("klineage.search")
 
 APPLICABLE = "APPLICABLE"
 NOT_APPLICABLE = "NOT_APPLICABLE"
@@ -294,6 +297,7 @@ class SkillCatalog:
         self.anchor_slot = np.asarray([self._intern(s.anchor.predicate) for s in ordered], dtype=np.int64)
         self.valid_flat, self.valid_ptr = self._segments(self.valid)
         self.profit_flat, self.profit_ptr = self._segments(self.profitable)
+        self._warn_broken()
         self.points: list[tuple[_Point, ...]] = [
             tuple(_Point(dict(x.get("shape") or {}), str(x.get("dtype", "")), float(x["speedup"]))
                   for e in evs for x in e.speedups if _finite(x.get("speedup")))
@@ -323,6 +327,35 @@ class SkillCatalog:
             self.exprs.append(text)
             self.compiled.append(_compile(text))
         return slot
+
+    def _users(self, slot: int) -> list[str]:
+        text = self.exprs[slot]
+        return [sid for sid, skill, valid, profitable in zip(self.ids, self.skills, self.valid, self.profitable,
+                                                              strict=True)
+                if skill.anchor.predicate.strip() == text or any(c.expr.strip() == text for c in (*valid, *profitable))]
+
+    def _warn_broken(self) -> None:
+        """Log one warning per stored expression that does not parse (it is unknown in every search)."""
+        for slot, compiled in enumerate(self.compiled):
+            if isinstance(compiled, ConditionError):
+                logger.warning("skipping the stored condition %r of %s: %s", self.exprs[slot][:120],
+                               ", ".join(self._users(slot)), compiled.message)
+
+    def _evaluate(self, slot: int, env: Mapping[str, Any]) -> Verdict:
+        """The verdict of expression ``slot`` on ``env``; an expression that fails to evaluate (it cannot,
+        once parsed, but a search must never fail on one stored condition) is unknown from then on."""
+        compiled = self.compiled[slot]
+        if isinstance(compiled, ConditionError):
+            return Verdict(None, self.exprs[slot], (), compiled.message)
+        assert compiled is not None
+        try:
+            return compiled.evaluate(env)
+        except (RecursionError, MemoryError, ArithmeticError, TypeError, ValueError) as exc:
+            error = ConditionError(self.exprs[slot], f"cannot be evaluated ({type(exc).__name__})")
+            self.compiled[slot] = error
+            logger.warning("skipping the stored condition %r of %s: %s", self.exprs[slot][:120],
+                           ", ".join(self._users(slot)), error.message)
+            return Verdict(None, self.exprs[slot], (), error.message)
 
     def slot_of(self, expr: str) -> int:
         """The slot of an expression of this catalog (0 for an empty one)."""
@@ -373,12 +406,7 @@ class SkillCatalog:
         verdicts: list[Verdict | None] = [None] * len(self.exprs)
         codes[0] = _TRUE
         for slot in range(1, len(self.exprs)):
-            compiled = self.compiled[slot]
-            if isinstance(compiled, ConditionError):
-                verdict = Verdict(None, self.exprs[slot], (), compiled.message)
-            else:
-                assert compiled is not None
-                verdict = compiled.evaluate(env)
+            verdict = self._evaluate(slot, env)
             verdicts[slot] = verdict
             codes[slot] = _TRUE if verdict.value is True else _FALSE if verdict.value is False else _UNKNOWN
         if len(self._verdicts) > 256:

@@ -9,10 +9,12 @@ a fixed number of store calls, whatever the number of ids.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import threading
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -116,6 +118,13 @@ class KnowledgeBase:
         self._catalog_for(None)
         return time.perf_counter() - started
 
+    def exclusive(self) -> AbstractContextManager[Any]:
+        """Hold the store's write lock for a read-merge-write (``EmbeddedStore.exclusive``: other writers,
+        other processes included, wait; StoreError after the lock time-out). A store without one (Neo4j
+        writes each batch in one transaction) gets a no-op."""
+        hold = getattr(self.store, "exclusive", None)
+        return hold() if callable(hold) else contextlib.nullcontext()
+
     # ------------------------------------------------------------------------------------- ingest
 
     def ingest(self, doc: LineageDocument) -> IngestReport:
@@ -132,12 +141,31 @@ class KnowledgeBase:
         induction), its architectures are the union, and it is a sample only
         while all of its evidence is. Skills this document says it enables are linked when they are
         already in the store.
+
+        Sample evidence never merges into measured skills: a sample document (``sample: true``) whose
+        skills exist as measured skills is refused (IngestError, nothing written); a measured document
+        merged into a sample skill makes it measured, its effect and support counted from measured steps only.
+        The whole read-merge-write holds the store's write lock (``exclusive``), so concurrent ingests into
+        one store never lose each other's evidence.
         """
         self._check_expressions(doc)
+        with self.exclusive():
+            return self._ingest_locked(doc)
+
+    def _ingest_locked(self, doc: LineageDocument) -> IngestReport:
         batch = lineage_to_batch(doc)
         new_skills = [Skill.from_node(n) for n in batch.nodes if n.label == "Skill"]
         ids = [s.id for s in new_skills]
         existing = dict(zip(ids, self.store.get_many("Skill", ids), strict=True)) if ids else {}
+        if doc.sample:
+            measured = sorted(sid for sid, node in existing.items()
+                              if node is not None and not bool(node.props.get("sample", False)))
+            if measured:
+                source = f"{doc.source}: " if doc.source else ""
+                raise IngestError(f"{source}a sample document (sample: true, test fixture data) would merge its "
+                                  f"evidence into the measured skill(s) {', '.join(measured)}; sample evidence never "
+                                  "merges into measured skills. Ingest fixtures into a separate data folder "
+                                  "(KLINEAGE_DATA_DIR); the document was not ingested")
         stored_steps = self.store.neighbors(ids, "REVERSES_INTO", "in") if ids else {}
         batch_steps = {n.id: n for n in batch.nodes if n.label == "Step"}
         evidence_of: dict[str, dict[str, Node]] = {sid: {} for sid in ids}
@@ -174,6 +202,8 @@ class KnowledgeBase:
         """Unlink each (skill id, condition) pair (the Condition node stays: other skills may use it);
         used when conditions re-induced from more evidence replace earlier ones. Returns how many."""
         rel = {"valid": "VALID_WHEN", "profitable": "PROFITABLE_WHEN"}
+        if not pairs:
+            return 0
         return self.store.unlink([(rel[c.kind], sid, c.id) for sid, c in pairs])
 
     def _check_expressions(self, doc: LineageDocument) -> None:
@@ -196,6 +226,9 @@ class KnowledgeBase:
                      ) -> Skill:
         # a step of a walk that timed nothing (``measured`` false) is no evidence of an effect
         steps = [s for s in steps if s.props.get("measured", True) is not False]
+        measured = [s for s in steps if not bool(s.props.get("sample", False))]
+        if measured:  # measured evidence never averages with sample evidence
+            steps = measured
         speedups = [x["speedup"] for step in sorted(steps, key=lambda s: s.id)
                     for x in step_speedups(step.props)]
         lineages = {str(s.props.get("lineage_id", "")) for s in steps}
