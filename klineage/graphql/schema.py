@@ -36,6 +36,7 @@ from klineage.graphql.types import (
     Step,
     Workload,
 )
+from klineage.ingest.pipeline import ingest_lineages
 from klineage.kb.store import LineageView
 from klineage.schema.errors import FormatError
 from klineage.schema.gate_result import GateResult
@@ -178,7 +179,10 @@ class Mutation:
     async def ingest_lineage(self, info: Info, document: JSON) -> IngestResult:
         try:
             doc = parse_lineage_document(document, "document")
-            report = await asyncio.to_thread(info.context.kb.ingest, doc)  # embeds and writes: off the loop
+            # the one ingest path (the CLI's too): conditions re-induced from all the evidence, stale ones
+            # dropped; embeds and writes, so off the loop
+            summary = await asyncio.to_thread(ingest_lineages, info.context.kb, [doc])
+            report = summary.reports[0]
         except (FormatError, ValueError) as exc:
             raise GraphQLError(str(exc)) from exc
         return IngestResult(lineage_id=strawberry.ID(report.lineage_id),
