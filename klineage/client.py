@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from klineage.schema.errors import KLineageError
 from klineage.schema.gate_result import GateResult
 from klineage.schema.records import Anchor, Condition, Effect, Evidence, Risk
 
@@ -47,8 +48,9 @@ RECORD_MUTATION = """mutation($skillId: ID!, $kernelSource: String!, $outcome: S
     id skillId kernelSha outcome speedup recordedAt verified verdict } }"""
 
 
-class KLineageError(RuntimeError):
-    """A request failed; the message is the server's (GraphQL errors joined) or says why none came."""
+class RequestError(KLineageError, RuntimeError):
+    """A request failed; the message is the server's (GraphQL errors joined) or says why none came.
+    (``except KLineageError`` catches it, as it catches every KLineage error.)"""
 
 
 @dataclass(frozen=True)
@@ -229,14 +231,14 @@ def _data(response: httpx.Response) -> dict[str, Any]:
     except ValueError:
         body = None
     if isinstance(body, dict) and body.get("errors"):
-        raise KLineageError("; ".join(str(e.get("message", e)) for e in body["errors"]))
+        raise RequestError("; ".join(str(e.get("message", e)) for e in body["errors"]))
     if response.status_code != 200 or not isinstance(body, dict) or not isinstance(body.get("data"), dict):
-        raise KLineageError(f"{response.request.url}: HTTP {response.status_code}: {response.text[:500]}")
+        raise RequestError(f"{response.request.url}: HTTP {response.status_code}: {response.text[:500]}")
     return body["data"]
 
 
-def _transport_error(url: str, exc: httpx.HTTPError) -> KLineageError:
-    return KLineageError(f"{url}: {type(exc).__name__}: {exc}")
+def _transport_error(url: str, exc: httpx.HTTPError) -> RequestError:
+    return RequestError(f"{url}: {type(exc).__name__}: {exc}")
 
 
 # ------------------------------------------------------------------------------------ clients

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from klineage.kb.features import FeatureError, canonical_name, case_features, manifest_roles
-from klineage.schema.errors import FormatError
+from klineage.schema.errors import FormatError, KLineageError
 from klineage.schema.manifest import Shape, WorkloadManifest, load_manifest
 
 
-class ProblemError(ValueError):
+class ProblemError(KLineageError, ValueError):
     """A kernel file or workload folder the agent cannot work on; says which and why."""
 
 

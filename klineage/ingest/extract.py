@@ -59,6 +59,7 @@ from typing import Any
 from klineage.ingest.induce import InducedCondition, LabelledPoint, induce_condition, induce_profitable
 from klineage.kb.features import FeatureError, canonical_name, case_features, problem_features
 from klineage.schema import pyast
+from klineage.schema.errors import KLineageError
 from klineage.schema.ids import content_id
 from klineage.schema.records import Risk
 from klineage.transforms.registry import get_operator
@@ -76,7 +77,7 @@ _RISK_GATES = {"compile", "correctness", "integrity", "performance"}
 _VALID_GATES = {"compile", "integrity", "performance"}
 
 
-class ExtractError(ValueError):
+class ExtractError(KLineageError, ValueError):
     """Skills cannot be written for this evidence (e.g. an operator the registry does not know)."""
 
 

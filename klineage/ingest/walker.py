@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from klineage.kb.features import FeatureError, manifest_roles
+from klineage.schema.errors import KLineageError
 from klineage.schema.gate_result import GateResult
 from klineage.schema.ids import canonical_json, kernel_sha
 from klineage.schema.lineage_document import FORMAT, FORMAT_VERSION
@@ -61,7 +62,7 @@ POLICY = "least-cost, lazily re-checked"
 _INTERPRETER_LIMITATION = re.compile(r"InterpreterError|InterpreterBuilder|not supported (?:by|in) the interpreter")
 
 
-class WalkError(RuntimeError):
+class WalkError(KLineageError, RuntimeError):
     """The walk cannot start (for example: the starting kernel fails its gates)."""
 
 

@@ -43,6 +43,7 @@ from functools import lru_cache
 from typing import Any
 
 from klineage.schema import pyast
+from klineage.schema.errors import KLineageError
 
 MAX_EXPRESSION_CHARS = 2000
 MAX_NODES = 200
@@ -146,7 +147,7 @@ ALLOWED = ("allowed: feature names, numbers, strings, True/False, comparisons (=
            "`in` / `not in` a tuple/list/set literal, and/or/not, + - * / // % **, unary -")
 
 
-class ConditionError(ValueError):
+class ConditionError(KLineageError, ValueError):
     """An expression that is not in the condition language, or uses unknown features; says why."""
 
     def __init__(self, expr: str, message: str) -> None:

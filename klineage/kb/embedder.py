@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from klineage.schema.errors import KLineageError
 from klineage.schema.graph_spec import EMBEDDING_DIM
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -30,7 +31,7 @@ SMALL_BATCH = 16
 _load_lock = threading.Lock()
 
 
-class EmbedderError(RuntimeError):
+class EmbedderError(KLineageError, RuntimeError):
     """The embedding model could not be loaded or used; says why and what to install."""
 
 

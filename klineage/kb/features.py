@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from klineage.kb.conditions import FEATURES
+from klineage.schema.errors import KLineageError
 from klineage.schema.manifest import DIM_ROLES, WorkloadManifest
 
 #: Bytes per element of each canonical dtype.
@@ -77,7 +78,7 @@ _TRUE = {"true", "yes", "1", "on"}
 _FALSE = {"false", "no", "0", "off"}
 
 
-class FeatureError(ValueError):
+class FeatureError(KLineageError, ValueError):
     """A context value that cannot be a feature: unknown name or a value of the wrong kind; says why."""
 
 

@@ -61,6 +61,7 @@ import numpy as np
 from klineage.kb.conditions import CompiledCondition, ConditionError, Verdict, parse_condition
 from klineage.kb.features import FeatureError, kernel_feature_values, problem_features
 from klineage.kb.store import GraphStore
+from klineage.schema.errors import KLineageError
 from klineage.schema.graph import Node
 from klineage.schema.graph_spec import FULLTEXT_INDEXES
 from klineage.schema.lineage_document import step_speedups
@@ -98,7 +99,7 @@ ANCHOR_APPLICABLE, ANCHOR_PRESENT, ANCHOR_ABSENT = "applicable", "present", "abs
 ANCHOR_STATES = (ANCHOR_APPLICABLE, ANCHOR_PRESENT, ANCHOR_ABSENT)
 
 
-class SearchError(ValueError):
+class SearchError(KLineageError, ValueError):
     """A search that cannot be answered as asked (nothing to search for, a bad context); says why."""
 
 

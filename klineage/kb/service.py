@@ -29,6 +29,7 @@ from klineage.kb.search import (
     search_skills,
 )
 from klineage.kb.store import GraphStore, LineageView
+from klineage.schema.errors import KLineageError
 from klineage.schema.gate_result import GateResult
 from klineage.schema.graph import GraphBatch, Node, Relationship
 from klineage.schema.ids import canonical_json, content_id, kernel_sha
@@ -54,7 +55,7 @@ __all__ = ["IngestError", "IngestReport", "KnowledgeBase", "KnowledgeBaseError",
 _OUTCOME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 
 
-class KnowledgeBaseError(ValueError):
+class KnowledgeBaseError(KLineageError, ValueError):
     """A request the knowledge base cannot satisfy (unknown skill, bad argument); says why."""
 
 

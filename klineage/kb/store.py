@@ -18,10 +18,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from klineage.schema.errors import KLineageError
 from klineage.schema.graph import GraphBatch, Node, Relationship
 
 
-class StoreError(RuntimeError):
+class StoreError(KLineageError, RuntimeError):
     """A store could not do what was asked (unreachable, misconfigured, bad batch); says why."""
 
 

@@ -14,8 +14,10 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from klineage.schema.errors import KLineageError
 
-class ToolCallError(RuntimeError):
+
+class ToolCallError(KLineageError, RuntimeError):
     """A tool answered with an error (``is_error``); the message is the server's."""
 
 

@@ -41,6 +41,7 @@ from klineage.mcp.views import (
     skill_view,
     usage_line,
 )
+from klineage.schema.errors import KLineageError
 from klineage.schema.gate_result import GATES, GateResult
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +55,7 @@ _ID = re.compile(r"[A-Za-z0-9_:.-]{1,128}")
 Recorder = Callable[..., Any]
 
 
-class ToolInputError(ValueError):
+class ToolInputError(KLineageError, ValueError):
     """A tool call the server refuses as asked (bad argument, unknown id, nothing configured); says why."""
 
 

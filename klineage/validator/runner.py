@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from klineage.schema.errors import ManifestError
+from klineage.schema.errors import KLineageError, ManifestError
 from klineage.schema.gate_result import GATES, GateOutcome, GateResult
 from klineage.schema.ids import canonical_json, kernel_sha, sha256_text
 from klineage.schema.manifest import WorkloadManifest, load_manifest
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 
 
-class ValidationRequestError(ValueError):
+class ValidationRequestError(KLineageError, ValueError):
     """A request the validator refuses before creating a job (bad usage: exit code 2, HTTP 4xx)."""
 
     def __init__(self, message: str, status: int = 400) -> None:
