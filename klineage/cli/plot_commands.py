@@ -22,7 +22,7 @@ plot_app = typer.Typer(name="plot", help="Figures from the knowledge base: linea
 
 DataDir = Annotated[Path | None, typer.Option("--data-dir", help="the embedded store's folder "
                                               "(default: $KLINEAGE_DATA_DIR or ./.klineage)")]
-OutFile = Annotated[Path | None, typer.Option("--out", "-o", help="the PNG file to write")]
+OutFile = Annotated[Path | None, typer.Option("--output", "-o", "--out", help="the PNG file to write")]
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:

@@ -46,12 +46,14 @@ def _print_table(doc: dict[str, Any], cached: bool) -> None:
 def validate(
     candidate: Annotated[Path, typer.Argument(help="Candidate module (defines run(*inputs)).")],
     workload: Annotated[str, typer.Option("--workload", "-w",
-                                          help="Workload folder (with --server: the workload's name).")],
+                                          help="Workload folder (with --validator: the workload's name).")],
     gates: Annotated[str, typer.Option(help="Comma-separated gates to run (static always runs).")] =
         "static,compile,correctness,integrity,performance",
     json_out: Annotated[bool, typer.Option("--json", help="Print only the gate result document.")] = False,
     shapes: Annotated[str | None, typer.Option(help="JSON list of shapes instead of the manifest's grid.")] = None,
-    server: Annotated[str | None, typer.Option(help="Validator service URL (default: run locally).")] = None,
+    server: Annotated[str | None, typer.Option("--validator", "--server",
+                                               help="Validator service URL (default: run locally); --server is "
+                                                    "the older name.")] = None,
     timeout: Annotated[float | None, typer.Option(help="Wall-clock limit per job, seconds.")] = None,
     cpu: Annotated[bool, typer.Option("--cpu", help="Interpreter mode even when a GPU is present.")] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the result cache.")] = False,

@@ -63,7 +63,7 @@ def _resumed_start(document: Path, workload_dir: Path) -> str:
 
 def walk(
     workload_dir: Annotated[Path, typer.Argument(help="Workload folder (manifest.toml, reference.py, the kernel).")],
-    out_path: Annotated[Path | None, typer.Option("--out", "-o", help="Lineage document to write "
+    out_path: Annotated[Path | None, typer.Option("--output", "-o", "--out", help="Lineage document to write "
                                                   "(default: lineages/<workload>.lineage.json).")] = None,
     validator: Annotated[str | None, typer.Option(help="Validator service URL (default: run the gates here).")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue a walk whose document exists, from the "
