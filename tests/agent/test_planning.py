@@ -137,3 +137,15 @@ def test_a_batched_matmul_gets_the_experts_configs_fitted_to_its_small_matrices(
     assert first["tile_n"] > 128  # the gemm expert's own first config, tuned on large matrices
     assert {**first, "tile_m": min(first["tile_m"], 128), "tile_n": 128, "tile_k": min(first["tile_k"], 128)} \
         in configs, configs  # and the same one fitted to bmm's 128 x 128 x 128 batch elements
+
+
+def test_a_step_that_lost_alone_is_offered_with_the_step_that_paid_after_it(kb: KnowledgeBase) -> None:
+    gemm = next(lin for lin in load_lineages(kb) if lin.workload == "gemm")
+    steps = {s.operator: s for s in gemm.forward()}
+    first, second = steps["grouped-order"], steps["contiguity-hints"]
+    assert first.gain < 0.97 and first.gain * second.gain > 1.03 and second.index == first.index - 1
+    pair = next(m for m in _plan(kb, "bmm") if m.label == "grouped-order + contiguity-hints")
+    assert pair.operators == ("grouped-order", "contiguity-hints")
+    assert pair.expected_gain == pytest.approx(first.gain * second.gain)
+    # steps that are not consecutive in the walk, or a loss within noise, make no pair
+    assert not any(" + " in m.label for m in _plan(kb, "rmsnorm")), [m.label for m in _plan(kb, "rmsnorm")]
