@@ -10,7 +10,8 @@ The pipeline is a few small, composable pieces:
 2. **Fusion**: ``reciprocal_rank_fusion`` (k = 60); relevance is the fused score divided by the
    best possible one, so it lies in (0, 1]. A context-only search (no text, no kernel) takes every
    skill with relevance 1. **Relevance floor**: a skill comes from the vector retriever of a text only
-   when its cosine similarity to the text is at least ``MIN_SIMILARITY``; a text that no skill's
+   when its cosine similarity to the text is at least ``MIN_SIMILARITY`` (a search without a kernel; with
+   one, the kernel's analysis decides and every skill is explained for it); a text that no skill's
    embedding is near and no skill's words match returns no hit (rather than every skill, ranked).
 3. **Conditions**: every candidate's anchor, VALID_WHEN and PROFITABLE_WHEN conditions are
    evaluated (three-valued) against the context's problem features plus the kernel's features.
@@ -637,7 +638,9 @@ def search_skills(request: SearchRequest, store: GraphStore, catalog_for: Callab
     similarity: dict[str, float] = {}
     if query_text and embed_query is not None:
         scored = store.vector_top_k("Skill", "embedding", embed_query(query_text), depth)
-        if request.text:  # the floor: a text retrieves only the skills whose embedding is near it
+        # the floor: a text alone retrieves only the skills whose embedding is near it; with a kernel, its
+        # analysis says which skills concern it, and every skill comes back explained for it
+        if request.text and request.kernel is None:
             similarity = {hit.node.id: float(hit.score) for hit in scored}
             scored = [hit for hit in scored if hit.score >= MIN_SIMILARITY]
         rankings.append([hit.node.id for hit in scored])

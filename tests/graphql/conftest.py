@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from klineage.graphql.app import create_app
+from klineage.ingest.pipeline import ingest_lineages
 from klineage.kb.embedded_store import EmbeddedStore
 from klineage.kb.service import KnowledgeBase
 from klineage.schema.lineage_document import load_lineage_document
@@ -50,8 +51,7 @@ def embedder() -> Any:
 @pytest.fixture
 def kb(tmp_path: Path, embedder: Any) -> KnowledgeBase:
     kb = KnowledgeBase(CountingStore(EmbeddedStore(tmp_path / "kb")), embedder)  # type: ignore[arg-type]
-    for path in sorted(FIXTURES.glob("*.json")):
-        kb.ingest(load_lineage_document(path))
+    ingest_lineages(kb, [load_lineage_document(path) for path in sorted(FIXTURES.glob("*.json"))])  # the one path
     return kb
 
 
