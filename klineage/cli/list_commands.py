@@ -12,26 +12,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from klineage.cli.kb_commands import _kb
+
 out = Console()
-err = Console(stderr=True)
 
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}")
-    return typer.Exit(code)
-
-
-def _kb() -> Any:
-    from klineage.kb.service import KnowledgeBase
-    from klineage.kb.settings import open_store
-    from klineage.kb.store import StoreError
-
-    try:
-        return KnowledgeBase(open_store())
-    except StoreError as exc:
-        raise _fail(str(exc)) from exc
 
 
 def _emit(rows: list[dict[str, Any]], columns: list[tuple[str, str]], title: str, as_json: bool,

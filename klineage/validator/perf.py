@@ -184,14 +184,15 @@ def run_performance(runner: Any, reference: Any, manifest: Any, shapes: Sequence
     bytes_fn = getattr(reference, "bytes_moved", None)
     rows: list[dict[str, Any]] = []
     flags: list[str] = []
+    roofline = bool(ceilings and (flops_fn or bytes_fn))
     for shape in shapes:
         floor_ms = None
         flops = moved = 0.0
-        if ceilings and (flops_fn or bytes_fn):
+        if roofline:
             flops = float(flops_fn(dict(shape))) if callable(flops_fn) else 0.0
         for dtype in manifest.dtypes:
             label = case_label(shape, dtype)
-            if ceilings and (flops_fn or bytes_fn):
+            if roofline:
                 moved = float(bytes_fn(dict(shape), dtype)) if callable(bytes_fn) else 0.0
                 floor_ms = 1e3 * max(flops / ceilings["bf16_gemm_flops_per_s"], moved / ceilings["copy_bytes_per_s"])
             first: dict[str, Any] | None = None
