@@ -5,8 +5,8 @@
 #
 #   run(command="bash bench/device_call.sh 540 8", carry=[".eval"], timeout_s=600)
 #
-# then copy $OUT/cache.sqlite over bench/results/agent-h200-cache.sqlite, append $OUT/results.jsonl to
-# bench/results/agent-h200.jsonl, keep $OUT/*.log under bench/results/runs/ with the date, and commit.
+# then copy $OUT/cache.sqlite over bench/results/agent-CARD-cache.sqlite, append $OUT/results.jsonl to
+# bench/results/agent-CARD.jsonl (CARD: h200 or h100, as gpu.txt says), keep $OUT/*.log under bench/results/runs/ with the date, and commit.
 # Arguments: seconds for the whole call (default 540; the evaluation gets what the checks before it left, less
 # a minute for the runs in flight to finish), runs side by side (default 8), extra evaluate_agent
 # arguments after them (e.g. --instances bmm,rmsnorm or --methods greedy --budget 5).
@@ -22,6 +22,11 @@ OUT="${OUT:?run this through the device tool: \$OUT is where results go}"
 export PYTHONPATH="$PWD" HF_HUB_OFFLINE=1 KLINEAGE_GPU_OUT="$OUT"
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+# one cache and one results file per kind of card (h200, h100): timings of different cards never mix
+CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o -i 'h[0-9]\{3\}' | tr 'H' 'h')
+CARD="${CARD:-gpu}"
+COMMITTED_CACHE="bench/results/agent-${CARD}-cache.sqlite"
+echo "card: $CARD (cache $COMMITTED_CACHE)" | tee -a "$OUT/gpu.txt"
 # the baseline process keeps the vendor's time when the trusted process is busy (timing method 2)
 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/validator/test_gpu.py -k baseline_process 2>&1 \
   | tail -5 | tee "$OUT/checks.log"
@@ -30,11 +35,11 @@ if [ -n "${PRE_TESTS:-}" ]; then
   timeout 240 python3 -m pytest -q -p no:cacheprovider $PRE_TESTS 2>&1 | tail -15 | tee -a "$OUT/checks.log"
 fi
 # the cache of timing method 2 only (runs/2026-12-04-cache-timing-method-1.sqlite holds the earlier one)
-WARM_CACHE=/tmp/klineage-eval-cache.sqlite  # left by an earlier call on this (warm) machine: a superset
+WARM_CACHE="/tmp/klineage-eval-cache-${CARD}.sqlite"  # left by an earlier call on this (warm) machine: a superset
 if [ -f "$WARM_CACHE" ]; then
   cp "$WARM_CACHE" "$OUT/cache.sqlite"
-elif [ -f bench/results/agent-h200-cache.sqlite ]; then
-  cp bench/results/agent-h200-cache.sqlite "$OUT/cache.sqlite"
+elif [ -f "$COMMITTED_CACHE" ]; then
+  cp "$COMMITTED_CACHE" "$OUT/cache.sqlite"
 fi
 : > "$OUT/results.jsonl"
 EVAL_S=$((CALL_S - SECONDS - 60))
