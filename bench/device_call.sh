@@ -42,7 +42,7 @@ elif [ -f "$COMMITTED_CACHE" ]; then
   cp "$COMMITTED_CACHE" "$OUT/cache.sqlite"
 fi
 : > "$OUT/results.jsonl"
-EVAL_S=$((CALL_S - SECONDS - 60))
+EVAL_S=$((CALL_S - SECONDS - 90))
 echo "evaluation: ${EVAL_S} s" | tee -a "$OUT/gpu.txt"
 python3 bench/evaluate_agent.py run --prepared .eval --cache "$OUT/cache.sqlite" --results "$OUT/results.jsonl" \
   --budget-s "$EVAL_S" --max-shapes 4 --jobs "$JOBS" "$@" 2>&1 | tee "$OUT/evaluation.log" | tail -40
