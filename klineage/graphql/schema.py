@@ -99,7 +99,7 @@ def lineage_to_graphql(view: LineageDetail, kernels: list[Kernel]) -> Lineage:
     """Convert a ``LineageDetail`` (and its kernel versions) to the GraphQL ``Lineage``."""
     lin = view.lineage
     return Lineage(
-        id=strawberry.ID(lin.id), workload=lin.workload, gpu=lin.gpu, arch=lin.arch, versions=dict(lin.versions),
+        id=strawberry.ID(lin.id), workload=lin.workload, gpu=lin.gpu, arch=lin.arch, versions=JSON(dict(lin.versions)),
         created=lin.created, policy=lin.policy, sample=lin.sample, start_sha=lin.start_sha,
         steps=[Step.of(s) for s in view.steps], _kernels=kernels,
     )

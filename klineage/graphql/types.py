@@ -77,7 +77,7 @@ class Evidence:
     @staticmethod
     def of(e: records.Evidence) -> Evidence:
         return Evidence(lineage_id=strawberry.ID(e.lineage_id), step_id=strawberry.ID(e.step_id),
-                        workload=e.workload, gpu=e.gpu, speedups=[dict(s) for s in e.speedups],
+                        workload=e.workload, gpu=e.gpu, speedups=JSON([dict(s) for s in e.speedups]),
                         sample=e.sample)
 
 
@@ -112,7 +112,7 @@ class Skill:
     def of(s: records.Skill) -> Skill:
         return Skill(id=strawberry.ID(s.id), name=s.name, intent=s.intent, operator=s.operator,
                      anchor=Anchor(predicate=s.anchor.predicate, description=s.anchor.description),
-                     carrier=s.carrier, transform=dict(s.transform), effect=Effect.of(s.effect),
+                     carrier=s.carrier, transform=JSON(dict(s.transform)), effect=Effect.of(s.effect),
                      support=s.support_steps, support_lineages=s.support_lineages,
                      architectures=list(s.architectures), sample=s.sample, profitability=s.profitability,
                      applied=s.applied, verified=s.verified, paid=s.paid, field_effect=Effect.of(s.field_effect),
@@ -187,8 +187,8 @@ class GateRun:
 
     @staticmethod
     def of(run: lineage_records.GateRun) -> GateRun:
-        return GateRun(id=strawberry.ID(run.id), verdict=run.verdict, gpu=run.gpu, versions=dict(run.versions),
-                       date=run.date, gates=[dict(g) for g in run.gates])
+        return GateRun(id=strawberry.ID(run.id), verdict=run.verdict, gpu=run.gpu, versions=JSON(dict(run.versions)),
+                       date=run.date, gates=JSON([dict(g) for g in run.gates]))
 
 
 @strawberry.type(description="A content-hashed kernel version with its static features.")
@@ -202,7 +202,7 @@ class Kernel:
     @staticmethod
     def of(kernel: lineage_records.Kernel) -> Kernel:
         return Kernel(id=strawberry.ID(kernel.id), sha=kernel.sha, source=kernel.source,
-                      features=dict(kernel.features), summary=kernel.summary)
+                      features=JSON(dict(kernel.features)), summary=kernel.summary)
 
     @strawberry.field(description="Validator runs that admitted or rejected this kernel.")
     async def gate_runs(self, info: strawberry.Info[RequestContext, None]) -> list[GateRun]:
@@ -224,9 +224,9 @@ class Step:
 
     @staticmethod
     def of(step: lineage_records.Step) -> Step:
-        return Step(id=strawberry.ID(step.id), index=step.index, operator=step.operator, params=dict(step.params),
+        return Step(id=strawberry.ID(step.id), index=step.index, operator=step.operator, params=JSON(dict(step.params)),
                     diff=step.diff, accepted=step.accepted, gate=step.gate, reason=step.reason,
-                    timings=[dict(t) for t in step.timings], sample=step.sample)
+                    timings=JSON([dict(t) for t in step.timings]), sample=step.sample)
 
     @strawberry.field(name="from", description="The more optimized kernel the step started from.")
     async def from_kernel(self, info: strawberry.Info[RequestContext, None]) -> Kernel | None:

@@ -40,7 +40,7 @@ import tokenize
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeGuard
 
 from klineage.schema import pyast
 from klineage.schema.errors import KLineageError
@@ -167,7 +167,7 @@ def _describe(node: ast.AST) -> str:
     return type(node).__name__
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, complex)
 
 

@@ -182,8 +182,10 @@ class KnowledgeBase:
 
         to_embed = [s for s in new_skills
                     if (old := existing.get(s.id)) is None or not old.embedding]
-        vectors = self.embedder.embed([s.embedding_text() for s in to_embed]) if to_embed else []
-        embedded = {s.id: tuple(float(x) for x in v) for s, v in zip(to_embed, vectors, strict=True)}
+        embedded: dict[str, tuple[float, ...]] = {}
+        if to_embed:
+            vectors = self.embedder.embed([s.embedding_text() for s in to_embed])
+            embedded = {s.id: tuple(float(x) for x in v) for s, v in zip(to_embed, vectors, strict=True)}
 
         merged_nodes: dict[str, Node] = {}
         merged_ids: list[str] = []

@@ -258,7 +258,7 @@ def epilogue_statements(k: Kernel, al: Aliases) -> list[ast.stmt]:
     if not accs:
         return []
     body = k.node.body
-    out = []
+    out: list[ast.stmt] = []
     for i, stmt in enumerate(body):
         if stmt in dot_loops(k, al):
             for later in body[i + 1 :]:
