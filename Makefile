@@ -26,8 +26,9 @@ serve: $(STAMP)  ## Serve the GraphQL API at http://127.0.0.1:8000/graphql.
 bench: $(STAMP)  ## Search benchmark on a synthetic store of 10,000 skills.
 	$(BIN)/python bench/search.py
 
-lint: $(STAMP)  ## ruff over the package, tests and benchmarks.
+lint: $(STAMP)  ## ruff over the package, tests and benchmarks; mypy over the package ([tool.mypy]).
 	$(BIN)/ruff check klineage tests bench
+	$(BIN)/python -m mypy
 
 neo4j: $(STAMP)  ## Start a local Neo4j 5.26 from Maven Central jars (no Docker needed).
 	deploy/neo4j/start

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from klineage.kb.service import KnowledgeBase
-from klineage.schema.lineage_document import step_speedups
+from klineage.schema.lineage_records import Step
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,8 @@ class LineageSummary:
         return f"{self.family} kernel {self.workload}: {self.description}. Optimized by: {path}."
 
 
-def _gain(props: Mapping[str, Any]) -> tuple[float | None, int]:
-    speedups = [x["speedup"] for x in step_speedups(props) if x["speedup"] and x["speedup"] > 0]
+def _gain(step: Step) -> tuple[float | None, int]:
+    speedups = [x["speedup"] for x in step.speedups() if x["speedup"] and x["speedup"] > 0]
     return (statistics.geometric_mean(speedups) if speedups else None), len(speedups)
 
 
@@ -73,26 +73,24 @@ def load_lineages(kb: KnowledgeBase, include_samples: bool = False) -> list[Line
     asked: they carry no measured evidence)."""
     out: list[LineageSummary] = []
     for view in kb.lineages():
-        if view.lineage.props.get("sample") and not include_samples:
+        if view.lineage.sample and not include_samples:
             continue
         kernels = kb.step_kernels([s.id for s in view.steps])
         steps = []
-        for node in view.steps:
-            p = node.props
-            before, after = kernels.get(node.id, (None, None))
-            gain, cases = _gain(p)
+        for step in view.steps:
+            before, after = kernels.get(step.id, (None, None))
+            gain, cases = _gain(step)
             steps.append(LineageStep(
-                index=int(p.get("index", 0)), operator=str(p.get("operator", "")), accepted=bool(p.get("accepted")),
-                gate=p.get("gate") or None, reason=str(p.get("reason") or ""), params=dict(p.get("params") or {}),
-                gain=gain, cases=cases,
-                expert_source=before.props.get("source") if before is not None else None,
-                simplified_source=after.props.get("source") if after is not None else None))
+                index=step.index, operator=step.operator, accepted=step.accepted, gate=step.gate or None,
+                reason=step.reason, params=dict(step.params), gain=gain, cases=cases,
+                expert_source=before.source if before is not None else None,
+                simplified_source=after.source if after is not None else None))
         steps.sort(key=lambda s: s.index)
-        workload = view.workload.props if view.workload is not None else {}
         naive = next((s for s in reversed(steps) if s.accepted and s.simplified_source), None)
         out.append(LineageSummary(
-            id=view.lineage.id, workload=str(view.lineage.props.get("workload", "")),
-            family=str(workload.get("family", "")), description=str(workload.get("description", "")),
+            id=view.lineage.id, workload=view.lineage.workload,
+            family=view.workload.family if view.workload is not None else "",
+            description=view.workload.description if view.workload is not None else "",
             steps=tuple(steps),
             naive_source=naive.simplified_source if naive is not None and naive.simplified_source else ""))
     return out

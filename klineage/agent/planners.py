@@ -197,9 +197,9 @@ class LineagePlanner:
             config = self._config_move(lineage, config_steps, facts, hits, state.problem)
             if config is not None:
                 moves.append(config)
-            singles = [(step, self._step_move(lineage, step, facts, hits)) for step in forward
-                       if not (step.operator in LAUNCH_CONFIG and config is not None)]
-            singles = [(step, move) for step, move in singles if move is not None]
+            candidates = [(step, self._step_move(lineage, step, facts, hits)) for step in forward
+                          if not (step.operator in LAUNCH_CONFIG and config is not None)]
+            singles = [(step, move) for step, move in candidates if move is not None]
             for i, (step, move) in enumerate(singles):
                 lost = move.expected_gain is not None and move.expected_gain < 1.0
                 pair = paying_pair(lineage, singles[i:i + 2]) if lost else None

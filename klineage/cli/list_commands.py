@@ -70,19 +70,18 @@ def lineages(workload: Annotated[str | None, typer.Option(help="Only the lineage
     """List the lineages: workload, GPU, steps accepted of tried, whether measured, and the id."""
     rows = []
     for view in _kb().lineages(workload=workload):
-        p = view.lineage.props
-        rows.append({"id": view.lineage.id, "workload": p.get("workload"), "gpu": p.get("gpu"),
-                     "arch": p.get("arch"), "steps": p.get("n_steps"), "accepted": p.get("n_accepted"),
-                     "measured": p.get("measured", True), "sample": bool(p.get("sample", False)),
-                     "created": p.get("created")})
+        lin = view.lineage
+        rows.append({"id": lin.id, "workload": lin.workload, "gpu": lin.gpu, "arch": lin.arch, "steps": lin.n_steps,
+                     "accepted": lin.n_accepted, "measured": lin.measured, "sample": lin.sample,
+                     "created": lin.created})
     _emit(rows, [("workload", "workload"), ("gpu", "GPU"), ("accepted", "accepted"), ("steps", "steps"),
                  ("measured", "measured"), ("sample", "sample"), ("id", "id")], "Lineages", as_json, _EMPTY_KB)
 
 
 def workloads(as_json: AsJson = False) -> None:
     """List the workloads the knowledge base has lineages of: name, family, description."""
-    rows = [{"id": n.id, "name": n.props.get("name"), "family": n.props.get("family"),
-             "description": n.props.get("description", "")} for n in _kb().workloads()]
+    rows = [{"id": w.id, "name": w.name, "family": w.family, "description": w.description}
+            for w in _kb().workloads()]
     _emit(rows, [("name", "name"), ("family", "family"), ("description", "description")], "Workloads", as_json,
           _EMPTY_KB)
 

@@ -42,10 +42,10 @@ def copy_graph(source: GraphBatch, target: Any, batch_size: int, progress: Progr
             progress.advance(task, len(chunk))
     task = progress.add_task("relationships", total=len(rels)) if progress else None
     for start in range(0, len(rels), batch_size):
-        chunk = rels[start:start + batch_size]
-        target.upsert(GraphBatch((), tuple(chunk)))
+        rel_chunk = rels[start:start + batch_size]
+        target.upsert(GraphBatch((), tuple(rel_chunk)))
         if progress is not None and task is not None:
-            progress.advance(task, len(chunk))
+            progress.advance(task, len(rel_chunk))
 
 
 def sync(

@@ -53,16 +53,16 @@ def plot_lineage(name: Annotated[str, typer.Argument(help="the workload name of 
     kb = _kb(data_dir)
     views = kb.lineages(workload=name)
     if not views:
-        known = sorted({v.lineage.props.get("workload", "") for v in kb.lineages()})
+        known = sorted({v.lineage.workload for v in kb.lineages()})
         listed = ", ".join(known) if known else "none (ingest lineages first: `klineage ingest`)"
         raise _fail(f"no lineage of workload {name!r} in the store; known workloads: {listed}")
     path = out_file or Path(f"lineage-{name}.png")
     for i, view in enumerate(views):
-        props = view.lineage.props
-        sample = " (sample data, not measured)" if props.get("sample") else ""
-        title = f"{name} on {props.get('gpu', '?')}{sample}"
+        lin = view.lineage
+        sample = " (sample data, not measured)" if lin.sample else ""
+        title = f"{name} on {lin.gpu or '?'}{sample}"
         target = path if i == 0 else path.with_name(f"{path.stem}-{i + 1}{path.suffix}")
-        save_png(lineage_waterfall([dict(s.props) for s in view.steps], title), target)
+        save_png(lineage_waterfall([s.to_dict() for s in view.steps], title), target)
         out.print(f"wrote {target} ({len(view.steps)} steps of lineage {view.lineage.id}){sample}")
 
 

@@ -62,6 +62,6 @@ def create_app(kb: KnowledgeBase, recorder: Callable[..., Any] | None = None,
         return asset_response(name, request)
 
     app.include_router(OfflineGraphQLRouter(schema, context_getter=context_getter), prefix="/graphql")
-    app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes,  # type: ignore[arg-type]
+    app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes,
                        max_response_bytes=max_response_bytes)
     return app

@@ -11,7 +11,8 @@ from strawberry.fastapi import BaseContext
 
 from klineage.graphql.kernel_analysis import KernelAnalyzer
 from klineage.kb.service import KnowledgeBase, record_application
-from klineage.schema.graph import Node
+from klineage.schema.lineage_records import GateRun, Kernel
+from klineage.schema.records import Condition, Evidence, Risk, Skill
 
 T = TypeVar("T")
 
@@ -26,26 +27,29 @@ def _batched(fetch: Callable[[Sequence[str]], Mapping[str, list[T]]]) -> DataLoa
     return DataLoader(load_fn=load)
 
 
-def _neighbors(kb: KnowledgeBase, rel: str, direction: str = "out") -> Callable[[Sequence[str]], dict[str, list[Node]]]:
-    def fetch(ids: Sequence[str]) -> dict[str, list[Node]]:
-        return {k: [node for _, node in v] for k, v in kb.store.neighbors(list(ids), rel, direction).items()}
+def _one(fetch: Callable[[Sequence[str]], Mapping[str, T | None]]) -> DataLoader[str, T | None]:
+    """A DataLoader of at most one value per id, answering many ids with one ``fetch`` call."""
 
-    return fetch
+    async def load(ids: list[str]) -> list[T | None]:
+        found = fetch(ids)
+        return [found.get(i) for i in ids]
+
+    return DataLoader(load_fn=load)
 
 
 @dataclass
 class Loaders:
     """One DataLoader per batched lookup; a fresh set per request so nothing is cached across requests."""
 
-    valid_when: DataLoader[str, list[Any]]
-    profitable_when: DataLoader[str, list[Any]]
-    risks: DataLoader[str, list[Any]]
-    evidence: DataLoader[str, list[Any]]
-    enables: DataLoader[str, list[Any]]
-    gate_runs: DataLoader[str, list[Node]]
-    step_from: DataLoader[str, list[Node]]
-    step_to: DataLoader[str, list[Node]]
-    step_skill: DataLoader[str, list[Node]]
+    valid_when: DataLoader[str, list[Condition]]
+    profitable_when: DataLoader[str, list[Condition]]
+    risks: DataLoader[str, list[Risk]]
+    evidence: DataLoader[str, list[Evidence]]
+    enables: DataLoader[str, list[Skill]]
+    gate_runs: DataLoader[str, list[GateRun]]
+    step_from: DataLoader[str, Kernel | None]
+    step_to: DataLoader[str, Kernel | None]
+    step_skill: DataLoader[str, list[Skill]]
 
     @staticmethod
     def for_kb(kb: KnowledgeBase) -> Loaders:
@@ -56,10 +60,10 @@ class Loaders:
             risks=_batched(kb.risks),
             evidence=_batched(kb.evidence),
             enables=_batched(kb.enables),
-            gate_runs=_batched(_neighbors(kb, "VALIDATED_BY")),
-            step_from=_batched(_neighbors(kb, "FROM")),
-            step_to=_batched(_neighbors(kb, "TO")),
-            step_skill=_batched(_neighbors(kb, "REVERSES_INTO")),
+            gate_runs=_batched(kb.gate_runs),
+            step_from=_one(lambda ids: kb.step_kernel(ids, "from")),
+            step_to=_one(lambda ids: kb.step_kernel(ids, "to")),
+            step_skill=_batched(kb.step_skills),
         )
 
 

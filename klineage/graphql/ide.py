@@ -53,7 +53,7 @@ def asset_response(name: str, request: Request) -> Response:
     return Response(gzip.decompress(body), media_type=media_type, headers=headers)
 
 
-class OfflineGraphQLRouter(GraphQLRouter):  # type: ignore[misc]
+class OfflineGraphQLRouter(GraphQLRouter):
     """Strawberry's FastAPI router serving the offline GraphiQL page (assets at ``ASSETS_PATH``)."""
 
     async def render_graphql_ide(self, request: Request) -> HTMLResponse:

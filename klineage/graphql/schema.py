@@ -37,10 +37,10 @@ from klineage.graphql.types import (
     Workload,
 )
 from klineage.ingest.pipeline import ingest_lineages
-from klineage.kb.store import LineageView
 from klineage.schema.errors import FormatError
 from klineage.schema.gate_result import GateResult
 from klineage.schema.lineage_document import parse_lineage_document
+from klineage.schema.lineage_records import LineageDetail
 
 MAX_DEPTH = 8
 MAX_TOKENS = 2000
@@ -95,13 +95,12 @@ def hit_to_graphql(hit: Any) -> SkillHit:
     )
 
 
-def lineage_to_graphql(view: LineageView, kernels: list[Kernel]) -> Lineage:
-    """Convert a store ``LineageView`` (and its kernel versions) to the GraphQL ``Lineage``."""
-    p = dict(view.lineage.props)
+def lineage_to_graphql(view: LineageDetail, kernels: list[Kernel]) -> Lineage:
+    """Convert a ``LineageDetail`` (and its kernel versions) to the GraphQL ``Lineage``."""
+    lin = view.lineage
     return Lineage(
-        id=strawberry.ID(view.lineage.id), workload=p.get("workload", ""), gpu=p.get("gpu", ""),
-        arch=p.get("arch", ""), versions=p.get("versions") or {}, created=p.get("created", ""),
-        policy=p.get("policy", ""), sample=bool(p.get("sample", False)), start_sha=p.get("start_sha", ""),
+        id=strawberry.ID(lin.id), workload=lin.workload, gpu=lin.gpu, arch=lin.arch, versions=JSON(dict(lin.versions)),
+        created=lin.created, policy=lin.policy, sample=lin.sample, start_sha=lin.start_sha,
         steps=[Step.of(s) for s in view.steps], _kernels=kernels,
     )
 
@@ -140,9 +139,8 @@ class Query:
 
     @strawberry.field(description="Every workload that has a lineage.")
     def workloads(self, info: Info) -> list[Workload]:
-        return [Workload(id=strawberry.ID(n.id), name=n.props.get("name", ""), family=n.props.get("family", ""),
-                         description=n.props.get("description", ""))
-                for n in info.context.kb.workloads()]
+        return [Workload(id=strawberry.ID(w.id), name=w.name, family=w.family, description=w.description)
+                for w in info.context.kb.workloads()]
 
     @strawberry.field(description="One lineage with its steps in order and its kernel versions.")
     def lineage(self, info: Info, id: strawberry.ID) -> Lineage | None:

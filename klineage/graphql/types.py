@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import strawberry
 from strawberry.scalars import JSON
 
-from klineage.schema import records
-from klineage.schema.graph import Node
+from klineage.schema import lineage_records, records
 
 if TYPE_CHECKING:
     from klineage.graphql.context import RequestContext
@@ -78,7 +77,7 @@ class Evidence:
     @staticmethod
     def of(e: records.Evidence) -> Evidence:
         return Evidence(lineage_id=strawberry.ID(e.lineage_id), step_id=strawberry.ID(e.step_id),
-                        workload=e.workload, gpu=e.gpu, speedups=[dict(s) for s in e.speedups],
+                        workload=e.workload, gpu=e.gpu, speedups=JSON([dict(s) for s in e.speedups]),
                         sample=e.sample)
 
 
@@ -113,7 +112,7 @@ class Skill:
     def of(s: records.Skill) -> Skill:
         return Skill(id=strawberry.ID(s.id), name=s.name, intent=s.intent, operator=s.operator,
                      anchor=Anchor(predicate=s.anchor.predicate, description=s.anchor.description),
-                     carrier=s.carrier, transform=dict(s.transform), effect=Effect.of(s.effect),
+                     carrier=s.carrier, transform=JSON(dict(s.transform)), effect=Effect.of(s.effect),
                      support=s.support_steps, support_lineages=s.support_lineages,
                      architectures=list(s.architectures), sample=s.sample, profitability=s.profitability,
                      applied=s.applied, verified=s.verified, paid=s.paid, field_effect=Effect.of(s.field_effect),
@@ -177,10 +176,6 @@ class SkillPage:
     has_next_page: bool
 
 
-def _props(node: Node) -> dict[str, Any]:
-    return dict(node.props)
-
-
 @strawberry.type(description="One gate-runner verdict on one kernel.")
 class GateRun:
     id: strawberry.ID
@@ -191,10 +186,9 @@ class GateRun:
     gates: JSON
 
     @staticmethod
-    def of(node: Node) -> GateRun:
-        p = _props(node)
-        return GateRun(id=strawberry.ID(node.id), verdict=p.get("verdict", ""), gpu=p.get("gpu", ""),
-                       versions=p.get("versions") or {}, date=p.get("date", ""), gates=p.get("gates") or [])
+    def of(run: lineage_records.GateRun) -> GateRun:
+        return GateRun(id=strawberry.ID(run.id), verdict=run.verdict, gpu=run.gpu, versions=JSON(dict(run.versions)),
+                       date=run.date, gates=JSON([dict(g) for g in run.gates]))
 
 
 @strawberry.type(description="A content-hashed kernel version with its static features.")
@@ -206,14 +200,13 @@ class Kernel:
     summary: str
 
     @staticmethod
-    def of(node: Node) -> Kernel:
-        p = _props(node)
-        return Kernel(id=strawberry.ID(node.id), sha=p["sha"], source=p.get("source", ""),
-                      features=p.get("features") or {}, summary=p.get("summary", ""))
+    def of(kernel: lineage_records.Kernel) -> Kernel:
+        return Kernel(id=strawberry.ID(kernel.id), sha=kernel.sha, source=kernel.source,
+                      features=JSON(dict(kernel.features)), summary=kernel.summary)
 
     @strawberry.field(description="Validator runs that admitted or rejected this kernel.")
     async def gate_runs(self, info: strawberry.Info[RequestContext, None]) -> list[GateRun]:
-        return [GateRun.of(n) for n in await info.context.loaders.gate_runs.load(str(self.id))]
+        return [GateRun.of(r) for r in await info.context.loaders.gate_runs.load(str(self.id))]
 
 
 @strawberry.type(description="One simplification attempt in a backward walk.")
@@ -230,27 +223,25 @@ class Step:
     sample: bool
 
     @staticmethod
-    def of(node: Node) -> Step:
-        p = _props(node)
-        return Step(id=strawberry.ID(node.id), index=int(p["index"]), operator=p["operator"],
-                    params=p.get("params") or {}, diff=p.get("diff", ""), accepted=bool(p["accepted"]),
-                    gate=p.get("gate"), reason=p.get("reason", ""), timings=p.get("timings") or [],
-                    sample=bool(p.get("sample", False)))
+    def of(step: lineage_records.Step) -> Step:
+        return Step(id=strawberry.ID(step.id), index=step.index, operator=step.operator, params=JSON(dict(step.params)),
+                    diff=step.diff, accepted=step.accepted, gate=step.gate, reason=step.reason,
+                    timings=JSON([dict(t) for t in step.timings]), sample=step.sample)
 
     @strawberry.field(name="from", description="The more optimized kernel the step started from.")
     async def from_kernel(self, info: strawberry.Info[RequestContext, None]) -> Kernel | None:
         found = await info.context.loaders.step_from.load(str(self.id))
-        return Kernel.of(found[0]) if found else None
+        return Kernel.of(found) if found is not None else None
 
     @strawberry.field(name="to", description="The simplified kernel (absent when none was produced).")
     async def to_kernel(self, info: strawberry.Info[RequestContext, None]) -> Kernel | None:
         found = await info.context.loaders.step_to.load(str(self.id))
-        return Kernel.of(found[0]) if found else None
+        return Kernel.of(found) if found is not None else None
 
     @strawberry.field(description="The skill this step reverses into (accepted steps only).")
     async def skill(self, info: strawberry.Info[RequestContext, None]) -> Skill | None:
         found = await info.context.loaders.step_skill.load(str(self.id))
-        return Skill.of(records.Skill.from_node(found[0])) if found else None
+        return Skill.of(found[0]) if found else None
 
 
 @strawberry.type(description="One backward walk of one expert kernel on one GPU.")

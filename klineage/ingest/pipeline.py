@@ -35,7 +35,7 @@ from typing import Any
 from klineage.ingest.extract import MergedSkill, SkillInstance, merge_skills, skill_instances, skill_json
 from klineage.kb.service import IngestError, IngestReport, KnowledgeBase
 from klineage.schema.lineage_document import LineageDocument, parse_lineage_document
-from klineage.schema.records import Condition, skill_id, workload_id
+from klineage.schema.records import Condition, skill_id
 
 __all__ = ["IngestSummary", "ingest_lineages", "merged_documents", "stored_instances"]
 
@@ -62,30 +62,25 @@ def stored_instances(kb: KnowledgeBase, operators: Sequence[str], exclude_lineag
     steps_by_lineage: dict[str, list[dict[str, Any]]] = {}
     excluded = set(exclude_lineages)
     for operator in sorted(set(operators)):
-        for node in kb.store.find("Step", where={"operator": operator}):
-            lid = str(node.props.get("lineage_id", ""))
-            if lid and lid not in excluded:
-                steps_by_lineage.setdefault(lid, []).append(dict(node.props))
+        for step in kb.operator_steps(operator):
+            if step.lineage_id and step.lineage_id not in excluded:
+                steps_by_lineage.setdefault(step.lineage_id, []).append(step.to_dict())
     if not steps_by_lineage:
         return []
     ids = sorted(steps_by_lineage)
-    lineages = dict(zip(ids, kb.store.get_many("Lineage", ids), strict=True))
-    names = sorted({str(n.props.get("workload", "")) for n in lineages.values() if n is not None})
-    workloads = {name: node for name, node in zip(names, kb.store.get_many("Workload", [workload_id(n) for n in names]),
-                                                  strict=True)}
+    lineages = dict(zip(ids, kb.lineages_by_id(ids), strict=True))
+    names = sorted({lin.workload for lin in lineages.values() if lin is not None})
+    workloads = dict(zip(names, kb.workloads_named(names), strict=True))
     out = []
     for lid in ids:
-        node = lineages[lid]
-        if node is None:
+        lin = lineages[lid]
+        if lin is None:
             continue
-        props = node.props
-        wnode = workloads.get(str(props.get("workload", "")))
-        wprops = dict(wnode.props) if wnode is not None else {}
-        workload = {"name": props.get("workload", ""), "family": wprops.get("family", "")}
-        if isinstance(wprops.get("roles"), dict):
-            workload["roles"] = wprops["roles"]
-        data = {"workload": workload, "gpu": {"arch": props.get("arch", "")},
-                "sample": bool(props.get("sample", False)), "kernels": [],
+        stored = workloads.get(lin.workload)
+        workload: dict[str, Any] = {"name": lin.workload, "family": stored.family if stored is not None else ""}
+        if stored is not None and stored.roles is not None:
+            workload["roles"] = dict(stored.roles)
+        data = {"workload": workload, "gpu": {"arch": lin.arch}, "sample": lin.sample, "kernels": [],
                 "steps": [{**s, "from": None, "to": None} for s in steps_by_lineage[lid]]}
         out.append(skill_instances(data, lineage_id=lid))
     return out
@@ -146,9 +141,8 @@ def _refuse_sample_into_measured(kb: KnowledgeBase, documents: Sequence[LineageD
         return
     measured_ops = {s["operator"] for d in documents if not d.sample for s in d.data["steps"]}
     ops = sorted(sample_ops)
-    stored = kb.store.get_many("Skill", [skill_id(op) for op in ops])
-    measured_ops |= {op for op, node in zip(ops, stored, strict=True)
-                     if node is not None and not bool(node.props.get("sample", False))}
+    stored = kb.skills_by_id([skill_id(op) for op in ops])
+    measured_ops |= {op for op, skill in zip(ops, stored, strict=True) if skill is not None and not skill.sample}
     clash = sorted(sample_ops & measured_ops)
     if clash:
         names = ", ".join(d.source or d.id for d in documents if d.sample

@@ -34,6 +34,7 @@ effect.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 import statistics
@@ -245,7 +246,7 @@ class Walker:
         for source, check in zip(sources, checks, strict=True):
             if check.verdict == "pass" and self._out_of_time():
                 break
-            perf = self._timed(lambda s=source: self._perf(s, validator)) if check.verdict == "pass" else None
+            perf = self._timed(functools.partial(self._perf, source, validator)) if check.verdict == "pass" else None
             times, vendor, cases = timed_cases(perf)
             out.append(Measurement(kernel_sha(source), check, perf, times, vendor, cases))
         return out

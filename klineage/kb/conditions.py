@@ -27,8 +27,8 @@ unknown`` is True, ``not unknown`` is unknown. The ``Verdict`` says which clause
 The feature vocabulary is declared here once (``FEATURES``): problem features, architecture
 features and kernel features. ``PORTABLE_FEATURES`` is the subset of problem features that means the
 same thing on every workload (bytes, flops, rows, reduce_len, ...): induced rules use only those.
-Kernel feature names match ``klineage.transforms.features`` (which
-computes them from source); ``tests/kb/test_conditions.py`` checks that the two lists agree.
+The kernel features are declared once, in ``klineage.schema.kernel_features`` (``KERNEL_FEATURES``,
+``KERNEL_FEATURE_DOCS``): ``klineage.transforms.features`` computes exactly those from source.
 """
 
 from __future__ import annotations
@@ -40,10 +40,12 @@ import tokenize
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeGuard
 
 from klineage.schema import pyast
 from klineage.schema.errors import KLineageError
+from klineage.schema.kernel_features import KERNEL_FEATURE_DOCS as KERNEL_FEATURE_DOCS  # re-exported
+from klineage.schema.kernel_features import KERNEL_FEATURES as KERNEL_FEATURES  # re-exported
 
 MAX_EXPRESSION_CHARS = 2000
 MAX_NODES = 200
@@ -97,49 +99,8 @@ ARCH_FEATURE_DOCS: Mapping[str, str] = {
     "has_tma": "the GPU has the Tensor Memory Accelerator (bool; derived: arch >= 90)",
 }
 
-#: Kernel features: static facts about a Triton source (``klineage.transforms.features``).
-KERNEL_FEATURE_DOCS: Mapping[str, str] = {
-    "has_dot": "a tl.dot in a kernel (bool)",
-    "n_dots": "number of tl.dot calls (int)",
-    "has_k_loop": "a loop holding loads and tl.dot: a GEMM-style reduction loop (bool)",
-    "num_stages": "largest software-pipelining depth fixed by the source (int)",
-    "num_warps": "largest warps per program fixed by the source (int)",
-    "block_m": "largest BLOCK_*_M tile constexpr (int)",
-    "block_n": "largest BLOCK_*_N tile constexpr (int)",
-    "block_k": "largest BLOCK_*_K tile constexpr (int)",
-    "block_size": "largest other BLOCK* constexpr (int)",
-    "uses_autotune": "@triton.autotune is used (bool)",
-    "n_autotune_configs": "autotune configs (int)",
-    "uses_heuristics": "@triton.heuristics is used (bool)",
-    "row_reduction": "a reduction over an axis in a kernel without tl.dot (bool)",
-    "online_softmax": "a running max / rescaled sum across column tiles (bool)",
-    "persistent": "programs loop over work items with a program-count stride (bool)",
-    "uses_tma": "tensor descriptors or block pointers (bool)",
-    "grouped_order": "a GROUP_SIZE program-id swizzle (bool)",
-    "uses_exp2": "tl.exp2 (bool)",
-    "uses_rsqrt": "tl.rsqrt (bool)",
-    "eviction_hints": "eviction_policy on loads (bool)",
-    "contiguity_hints": "tl.multiple_of / tl.max_contiguous (bool)",
-    "has_atomic": "atomic operations (bool)",
-    "int64_offsets": "casts offsets to tl.int64 (bool)",
-    "causal_skip": "loop bounds skip blocks above the causal diagonal (bool)",
-    "mask_elision": "a constexpr branch selects unmasked loads (bool)",
-    "epilogue_fusion": "the dot accumulator is transformed before its store (bool)",
-    "fp32_accumulate": "fp32 accumulators or fp32 upcasts of loads (bool)",
-    "dot_accumulate": "acc = tl.dot(a, b, acc) (bool)",
-    "multi_row": "a row kernel processing several rows per program (bool)",
-    "single_pass_row": "a row kernel without a column loop (bool)",
-    "split_k": "K partitioned across programs (bool)",
-    "n_kernels": "launched @triton.jit kernels (int)",
-    "n_loops": "loops in kernels (int)",
-    "uses_mask": "a masked load or store (bool)",
-    "elementwise": "no dot and no reduction (bool)",
-    "register_cap": "maxnreg set in an autotune config or at a launch (bool)",
-}
-
 PROBLEM_FEATURES: tuple[str, ...] = tuple(PROBLEM_FEATURE_DOCS)
 ARCH_FEATURES: tuple[str, ...] = tuple(ARCH_FEATURE_DOCS)
-KERNEL_FEATURES: tuple[str, ...] = tuple(KERNEL_FEATURE_DOCS)
 #: Every feature name a condition or anchor may use.
 FEATURES: frozenset[str] = frozenset((*PROBLEM_FEATURES, *ARCH_FEATURES, *KERNEL_FEATURES))
 
@@ -206,7 +167,7 @@ def _describe(node: ast.AST) -> str:
     return type(node).__name__
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, complex)
 
 

@@ -149,7 +149,7 @@ def _decode(value: Any) -> Any:
     return value
 
 
-def _line(record: list[Any]) -> str:
+def _line(record: list[Any] | dict[str, Any]) -> str:
     return json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
@@ -692,8 +692,8 @@ class EmbeddedStore:
             n_docs = len(ids)
             for token, (docs, tfs) in gathered.items():
                 d = np.asarray(docs, dtype=np.int64)
-                tf = np.asarray(tfs, dtype=np.float64)
-                postings[token] = (d, tf * (BM25_K1 + 1) / (tf + norm[d]))
+                freqs = np.asarray(tfs, dtype=np.float64)
+                postings[token] = (d, freqs * (BM25_K1 + 1) / (freqs + norm[d]))
                 idf[token] = math.log(1 + (n_docs - len(docs) + 0.5) / (len(docs) + 0.5))
             built = _TextIndex(list(ids), postings, idf)
             self._texts[name] = built

@@ -429,7 +429,8 @@ class Neo4jStore:
 
     def expected_indexes(self) -> list[str]:
         """Names of the indexes this store needs (vector, full-text, range)."""
-        return [i.name for i in (*VECTOR_INDEXES, *FULLTEXT_INDEXES, *RANGE_INDEXES)]
+        return [*(i.name for i in VECTOR_INDEXES), *(i.name for i in FULLTEXT_INDEXES),
+                *(i.name for i in RANGE_INDEXES)]
 
     def ensure_schema(self, timeout_s: int = 120, _rebuild: bool = True) -> None:
         """Create constraints and indexes one at a time (IF NOT EXISTS), wait until they are online,
@@ -534,20 +535,20 @@ class Neo4jStore:
             if unresolved:
                 stored.update(_labels_of(tx, {label: unresolved for label in LABELS}))
             for node_id, label in batch_labels.items():
-                other = stored.get(node_id, set()) - {label}
-                if other:
-                    raise StoreError(f"node {node_id!r} is a {sorted(other)[0]} in the store; the batch "
+                clash = stored.get(node_id, set()) - {label}
+                if clash:
+                    raise StoreError(f"node {node_id!r} is a {sorted(clash)[0]} in the store; the batch "
                                      f"writes it as a {label}; nothing was written")
             groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
             for rel in rels:
                 what = f"relationship ({rel.source!r})-[:{rel.type}]->({rel.target!r})"
                 ends = []
                 for role, node_id in (("source", rel.source), ("target", rel.target)):
-                    label = batch_labels.get(node_id) or min(stored.get(node_id, ()), default=None)
-                    if label is None:
+                    end = batch_labels.get(node_id) or min(stored.get(node_id, ()), default=None)
+                    if end is None:
                         raise StoreError(f"{what}: the {role} node {node_id!r} is neither in the batch nor "
                                          "in the store; nothing was written")
-                    ends.append(label)
+                    ends.append(end)
                 if not allowed_relationship(rel.type, ends[0], ends[1]):
                     raise StoreError(f"{what}: (:{ends[0]})-[:{rel.type}]->(:{ends[1]}) is not in the graph "
                                      "model (graph_spec.RELATIONSHIPS); nothing was written")

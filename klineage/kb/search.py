@@ -658,7 +658,7 @@ def search_skills(request: SearchRequest, store: GraphStore, catalog_for: Callab
     n = len(catalog.ids)
     if request.context_only:
         relevance = np.ones(n, dtype=np.float64)
-        candidates = np.arange(n)
+        candidates: np.ndarray = np.arange(n)
     else:
         if request.kernel is not None:
             rankings.append(anchor_ranking(catalog, anchor, depth))

@@ -1,8 +1,10 @@
 """The knowledge-base service: the one set of functions GraphQL, an MCP server and the CLI all call.
 
 ``KnowledgeBase`` wraps a ``GraphStore`` (and an ``Embedder`` for skill and query embeddings) and
-returns schema records (``Skill``, ``Condition``, ``Risk``, ``Evidence``, ``Application``) or the
-small frozen dataclasses defined here and in ``kb.search``. Lookups that a GraphQL DataLoader
+returns schema records only, never store nodes: ``Skill``, ``Condition``, ``Risk``, ``Evidence``,
+``Application`` (``schema.records``), ``Workload``, ``Kernel``, ``Step``, ``GateRun`` and
+``LineageDetail`` (``schema.lineage_records``), or the small frozen dataclasses defined here and in
+``kb.search``. Lookups that a GraphQL DataLoader
 batches (``conditions``, ``risks``, ``evidence``, ``enables``, ``gate_runs``) take many ids and cost
 a fixed number of store calls, whatever the number of ids.
 """
@@ -32,8 +34,9 @@ from klineage.kb.store import GraphStore, LineageView
 from klineage.schema.errors import KLineageError
 from klineage.schema.gate_result import GateResult
 from klineage.schema.graph import GraphBatch, Node, Relationship
-from klineage.schema.ids import canonical_json, content_id, kernel_sha
-from klineage.schema.lineage_document import LineageDocument, lineage_to_batch, step_speedups
+from klineage.schema.ids import kernel_sha
+from klineage.schema.lineage_document import LineageDocument, lineage_to_batch
+from klineage.schema.lineage_records import GateRun, Kernel, Lineage, LineageDetail, Step, Workload
 from klineage.schema.records import (
     Application,
     Condition,
@@ -157,10 +160,9 @@ class KnowledgeBase:
         batch = lineage_to_batch(doc)
         new_skills = [Skill.from_node(n) for n in batch.nodes if n.label == "Skill"]
         ids = [s.id for s in new_skills]
-        existing = dict(zip(ids, self.store.get_many("Skill", ids), strict=True)) if ids else {}
+        existing = dict(zip(ids, self.skills_by_id(ids), strict=True)) if ids else {}
         if doc.sample:
-            measured = sorted(sid for sid, node in existing.items()
-                              if node is not None and not bool(node.props.get("sample", False)))
+            measured = sorted(sid for sid, old in existing.items() if old is not None and not old.sample)
             if measured:
                 source = f"{doc.source}: " if doc.source else ""
                 raise IngestError(f"{source}a sample document (sample: true, test fixture data) would merge its "
@@ -168,26 +170,28 @@ class KnowledgeBase:
                                   "merges into measured skills. Ingest fixtures into a separate data folder "
                                   "(KLINEAGE_DATA_DIR); the document was not ingested")
         stored_steps = self.store.neighbors(ids, "REVERSES_INTO", "in") if ids else {}
-        batch_steps = {n.id: n for n in batch.nodes if n.label == "Step"}
-        evidence_of: dict[str, dict[str, Node]] = {sid: {} for sid in ids}
+        batch_steps = {n.id: Step.from_node(n) for n in batch.nodes if n.label == "Step"}
+        evidence_of: dict[str, dict[str, Step]] = {sid: {} for sid in ids}
         for rel in batch.relationships:
             if rel.type == "REVERSES_INTO":
                 evidence_of[rel.target][rel.source] = batch_steps[rel.source]
         for sid, pairs in stored_steps.items():
-            for _, step in pairs:
-                evidence_of[sid].setdefault(step.id, step)
+            for _, node in pairs:
+                if node.id not in evidence_of[sid]:
+                    evidence_of[sid][node.id] = Step.from_node(node)
 
         to_embed = [s for s in new_skills
-                    if existing.get(s.id) is None or not existing[s.id].props.get("embedding")]
-        vectors = self.embedder.embed([s.embedding_text() for s in to_embed]) if to_embed else []
-        embedded = {s.id: tuple(float(x) for x in v) for s, v in zip(to_embed, vectors, strict=True)}
+                    if (old := existing.get(s.id)) is None or not old.embedding]
+        embedded: dict[str, tuple[float, ...]] = {}
+        if to_embed:
+            vectors = self.embedder.embed([s.embedding_text() for s in to_embed])
+            embedded = {s.id: tuple(float(x) for x in v) for s, v in zip(to_embed, vectors, strict=True)}
 
         merged_nodes: dict[str, Node] = {}
         merged_ids: list[str] = []
         for skill in new_skills:
             old = existing.get(skill.id)
-            merged = self._merge_skill(skill, Skill.from_node(old) if old is not None else None,
-                                       list(evidence_of[skill.id].values()), embedded.get(skill.id))
+            merged = self._merge_skill(skill, old, list(evidence_of[skill.id].values()), embedded.get(skill.id))
             if old is not None:
                 merged_ids.append(skill.id)
             merged_nodes[skill.id] = merged.to_node()
@@ -223,20 +227,19 @@ class KnowledgeBase:
                                       "the document was not ingested") from exc
 
     @staticmethod
-    def _merge_skill(new: Skill, old: Skill | None, steps: Sequence[Node], embedding: tuple[float, ...] | None
+    def _merge_skill(new: Skill, old: Skill | None, steps: Sequence[Step], embedding: tuple[float, ...] | None
                      ) -> Skill:
         # a step of a walk that timed nothing (``measured`` false) is no evidence of an effect
-        steps = [s for s in steps if s.props.get("measured", True) is not False]
-        measured = [s for s in steps if not bool(s.props.get("sample", False))]
+        steps = [s for s in steps if s.measured]
+        measured = [s for s in steps if not s.sample]
         if measured:  # measured evidence never averages with sample evidence
             steps = measured
-        speedups = [x["speedup"] for step in sorted(steps, key=lambda s: s.id)
-                    for x in step_speedups(step.props)]
-        lineages = {str(s.props.get("lineage_id", "")) for s in steps}
+        speedups = [x["speedup"] for step in sorted(steps, key=lambda s: s.id) for x in step.speedups()]
+        lineages = {s.lineage_id for s in steps}
         base = old if old is not None else new
         archs = sorted({*(old.architectures if old else ()), *new.architectures})
         if steps:
-            sample = all(bool(s.props.get("sample", False)) for s in steps)
+            sample = all(s.sample for s in steps)
         else:
             sample = new.sample and (old is None or old.sample)
         return replace(
@@ -347,56 +350,93 @@ class KnowledgeBase:
         found = self.store.neighbors(list(skill_ids), "ENABLES")
         return {sid: [Skill.from_node(n) for _, n in found.get(sid, ())] for sid in skill_ids}
 
-    def workloads(self) -> list[Node]:
-        """Every Workload node, ordered by id."""
-        return self.store.find("Workload")
+    def workloads(self) -> list[Workload]:
+        """Every workload, ordered by id."""
+        return [Workload.from_node(n) for n in self.store.find("Workload")]
 
-    def lineages(self, workload: str | None = None) -> list[LineageView]:
+    def lineages(self, workload: str | None = None) -> list[LineageDetail]:
         """Every lineage (of one workload, by name, when given), ordered by id, with its steps."""
         where = {"workload": workload} if workload else None
         views = [self.store.lineage(n.id) for n in self.store.find("Lineage", where=where)]
-        return [v for v in views if v is not None]
+        return [_detail(v) for v in views if v is not None]
 
-    def lineage(self, lineage_id: str) -> LineageView | None:
+    def lineage(self, lineage_id: str) -> LineageDetail | None:
         """One lineage with its workload, starting kernel and steps in order, or None."""
-        return self.store.lineage(lineage_id)
+        view = self.store.lineage(lineage_id)
+        return _detail(view) if view is not None else None
 
-    def lineage_kernels(self, view: LineageView) -> list[Node]:
+    def lineage_kernels(self, view: LineageDetail) -> list[Kernel]:
         """Every kernel version of a lineage, in walk order: the start, then each step's from/to."""
         step_ids = [s.id for s in view.steps]
         froms = self.store.neighbors(step_ids, "FROM") if step_ids else {}
         tos = self.store.neighbors(step_ids, "TO") if step_ids else {}
-        seen: dict[str, Node] = {}
+        seen: dict[str, Kernel] = {}
         if view.start is not None:
             seen[view.start.id] = view.start
         for sid in step_ids:
             for _, node in (*froms.get(sid, ()), *tos.get(sid, ())):
-                seen.setdefault(node.id, node)
+                if node.id not in seen:
+                    seen[node.id] = Kernel.from_node(node)
         return list(seen.values())
 
-    def step_kernels(self, step_ids: Sequence[str]) -> dict[str, tuple[Node | None, Node | None]]:
-        """For each step id, its (FROM, TO) Kernel nodes — the version a backward step started from and
-        the simplified version it produced (None where the store lacks one): two store calls."""
-        froms = self.store.neighbors(list(step_ids), "FROM") if step_ids else {}
-        tos = self.store.neighbors(list(step_ids), "TO") if step_ids else {}
-        return {sid: (next((n for _, n in froms.get(sid, ())), None), next((n for _, n in tos.get(sid, ())), None))
-                for sid in step_ids}
+    def step_kernels(self, step_ids: Sequence[str]) -> dict[str, tuple[Kernel | None, Kernel | None]]:
+        """For each step id, its (FROM, TO) kernels — the version a backward step started from and the
+        simplified version it produced (None where the store lacks one): two store calls."""
+        froms, tos = self.step_kernel(step_ids, "from"), self.step_kernel(step_ids, "to")
+        return {sid: (froms[sid], tos[sid]) for sid in step_ids}
 
-    def kernel(self, sha: str) -> Node | None:
-        """The Kernel node with this full SHA-256 (or this ``kernel:`` id), or None."""
+    def step_kernel(self, step_ids: Sequence[str], end: str) -> dict[str, Kernel | None]:
+        """For each step id, the kernel at one ``end`` of it: "from" (the version it started from) or "to"
+        (the simplified version it produced; None where the store lacks one): one store call."""
+        if end not in ("from", "to"):
+            raise KnowledgeBaseError(f"end: expected 'from' or 'to', got {end!r}")
+        found = self.store.neighbors(list(step_ids), end.upper()) if step_ids else {}
+        return {sid: Kernel.from_node(pairs[0][1]) if (pairs := found.get(sid)) else None for sid in step_ids}
+
+    def steps(self, step_ids: Sequence[str]) -> list[Step | None]:
+        """The steps with these ids, in the same order (None where missing): one store call."""
+        return [Step.from_node(n) if n is not None else None for n in self.store.get_many("Step", list(step_ids))]
+
+    def step_skills(self, step_ids: Sequence[str]) -> dict[str, list[Skill]]:
+        """For each step id, the skill it reverses into (accepted steps; empty otherwise): one store call."""
+        found = self.store.neighbors(list(step_ids), "REVERSES_INTO") if step_ids else {}
+        return {sid: [Skill.from_node(n) for _, n in found.get(sid, ())] for sid in step_ids}
+
+    def operator_steps(self, operator: str) -> list[Step]:
+        """Every stored step of ``operator`` (of every lineage), ordered by id: one store call."""
+        return [Step.from_node(n) for n in self.store.find("Step", where={"operator": operator})]
+
+    def lineages_by_id(self, lineage_ids: Sequence[str]) -> list[Lineage | None]:
+        """The lineages with these ids (without their steps), in the same order (None where missing)."""
+        return [Lineage.from_node(n) if n is not None else None
+                for n in self.store.get_many("Lineage", list(lineage_ids))]
+
+    def workloads_named(self, names: Sequence[str]) -> list[Workload | None]:
+        """The workloads with these names, in the same order (None where missing): one store call."""
+        return [Workload.from_node(n) if n is not None else None
+                for n in self.store.get_many("Workload", [workload_id(name) for name in names])]
+
+    def skills_by_id(self, skill_ids: Sequence[str]) -> list[Skill | None]:
+        """The skills with these ids, in the same order (None where missing): one store call."""
+        return [Skill.from_node(n) if n is not None else None for n in self.store.get_many("Skill", list(skill_ids))]
+
+    def kernel(self, sha: str) -> Kernel | None:
+        """The kernel with this full SHA-256 (or this ``kernel:`` id), or None."""
         if sha.startswith("kernel:"):
-            return self.store.get("Kernel", sha)
+            node = self.store.get("Kernel", sha)
+            return Kernel.from_node(node) if node is not None else None
         node = self.store.get("Kernel", kernel_id(sha))
-        return node if node is not None and node.props.get("sha") == sha else None
+        return Kernel.from_node(node) if node is not None and node.props.get("sha") == sha else None
 
-    def gate_runs(self, kernel_ids: Sequence[str]) -> dict[str, list[Node]]:
-        """For each kernel id, the GateRun nodes that validated it: one store call."""
+    def gate_runs(self, kernel_ids: Sequence[str]) -> dict[str, list[GateRun]]:
+        """For each kernel id, the gate runs that validated it: one store call."""
         found = self.store.neighbors(list(kernel_ids), "VALIDATED_BY")
-        return {kid: [n for _, n in found.get(kid, ())] for kid in kernel_ids}
+        return {kid: [GateRun.from_node(n) for _, n in found.get(kid, ())] for kid in kernel_ids}
 
-    def workload(self, name: str) -> Node | None:
-        """The Workload node with this name, or None."""
-        return self.store.get("Workload", workload_id(name))
+    def workload(self, name: str) -> Workload | None:
+        """The workload with this name, or None."""
+        node = self.store.get("Workload", workload_id(name))
+        return Workload.from_node(node) if node is not None else None
 
     # ------------------------------------------------------------------------------------- writes
 
@@ -444,16 +484,15 @@ class KnowledgeBase:
         rels: list[Relationship] = []
         run_id = ""
         if gate_result is not None:
-            doc = gate_result.to_dict()
-            run_id = content_id("GateRun", canonical_json(doc))
-            nodes.append(Node("GateRun", run_id, {**doc, "sample": False}))
+            gate_run = GateRun.of(gate_result)
+            run_id = gate_run.id
+            nodes.append(gate_run.to_node())
             rels.append(Relationship("VALIDATED_BY", kid, run_id))
         app = Application(skill_id, sha, outcome, speedup, now, run_id,
                           gate_result.verdict if gate_result is not None else "", dict(context or {}))
         nodes.append(app.to_node())
         if self.store.get("Kernel", kid) is None:
-            nodes.append(Node("Kernel", kid, {"sha": sha, "source": kernel_source, "features": {},
-                                              "summary": "", "sample": False}))
+            nodes.append(Kernel.of(sha, kernel_source).to_node())
         rels += [Relationship("USED", app.id, skill_id), Relationship("ON", app.id, kid)]
         with self._lock:  # one writer at a time recomputes the skill's counts from all its applications
             self.store.upsert(GraphBatch.of(nodes, rels))
@@ -499,9 +538,17 @@ class KnowledgeBase:
     def effect_of(self, skill_ids: Sequence[str]) -> dict[str, Effect]:
         """Each skill's effect recomputed from the timings of its evidence steps now in the store."""
         found = self.store.neighbors(list(skill_ids), "REVERSES_INTO", "in")
-        return {sid: Effect.of([x["speedup"] for _, step in found.get(sid, ())
-                                for x in step_speedups(step.props)])
+        return {sid: Effect.of([x["speedup"] for _, node in found.get(sid, ())
+                                for x in Step.from_node(node).speedups()])
                 for sid in skill_ids}
+
+
+def _detail(view: LineageView) -> LineageDetail:
+    """The records of a store's ``LineageView``."""
+    return LineageDetail(Lineage.from_node(view.lineage),
+                         Workload.from_node(view.workload) if view.workload is not None else None,
+                         Kernel.from_node(view.start) if view.start is not None else None,
+                         tuple(Step.from_node(s) for s in view.steps))
 
 
 def record_application(kb: KnowledgeBase, skill_id: str, kernel_source: str, outcome: str,

@@ -70,9 +70,9 @@ def skill_card(kb: KnowledgeBase, skill_id: str) -> str | None:
 def _first_diff(kb: KnowledgeBase, step_ids: list[str]) -> str:
     """The diff of the first evidence step that has one, read forward (the step removed the optimization;
     the skill adds it, so + and - lines are swapped)."""
-    for node in kb.store.get_many("Step", step_ids[:MAX_EVIDENCE]) if step_ids else []:
-        if node is not None and node.props.get("diff"):
-            return _reverse_diff(str(node.props["diff"]))
+    for step in kb.steps(step_ids[:MAX_EVIDENCE]) if step_ids else []:
+        if step is not None and step.diff:
+            return _reverse_diff(step.diff)
     return ""
 
 
@@ -95,17 +95,15 @@ def lineage_card(kb: KnowledgeBase, lineage_id: str, step_skills: dict[str, str]
     view = kb.lineage(lineage_id)
     if view is None:
         return None
-    p = view.lineage.props
-    lines = [f"# Lineage {view.lineage.id}", "", f"Workload `{p.get('workload', '')}` on {p.get('gpu', '')} "
-             f"({p.get('arch', '')}), created {p.get('created', '')}" + (" · SAMPLE DATA" if p.get("sample") else ""),
+    lin = view.lineage
+    lines = [f"# Lineage {lin.id}", "", f"Workload `{lin.workload}` on {lin.gpu} "
+             f"({lin.arch}), created {lin.created}" + (" · SAMPLE DATA" if lin.sample else ""),
              "", "Backward walk from the expert kernel; each accepted step removed one optimization "
              "(read in reverse, the path from naive to expert).", ""]
     for step in view.steps:
-        sp = step.props
-        verdict = ("accepted" if sp.get("accepted")
-                   else f"rejected at {sp.get('gate')}: {clip(sp.get('reason', ''), 200)}")
+        verdict = "accepted" if step.accepted else f"rejected at {step.gate}: {clip(step.reason, 200)}"
         skill = (step_skills or {}).get(step.id)
-        lines.append(f"{int(sp.get('index', 0))}. `{sp.get('operator', '')}` {json.dumps(sp.get('params') or {})} — "
+        lines.append(f"{step.index}. `{step.operator}` {json.dumps(dict(step.params))} — "
                      f"{verdict}" + (f" → skill `{skill}` (klineage://skills/{skill})" if skill else ""))
     return "\n".join(lines) + "\n"
 

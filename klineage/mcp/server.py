@@ -117,7 +117,7 @@ def build_server(tools: KLineageTools) -> MCPServer:
     @server.resource("klineage://lineages", name="lineages", mime_type="text/markdown",
                      description="Every lineage, linking to its page.")
     def lineages_index() -> str:
-        return index_card([(f"klineage://lineages/{v.lineage.id}", f"{v.lineage.props.get('workload', '')} "
+        return index_card([(f"klineage://lineages/{v.lineage.id}", f"{v.lineage.workload} "
                             f"({len(v.steps)} steps)") for v in tools.kb.lineages()], "KLineage lineages")
 
     @server.resource("klineage://lineages/{lineage_id}", name="lineage", mime_type="text/markdown",

@@ -43,6 +43,7 @@ from klineage.mcp.views import (
 )
 from klineage.schema.errors import KLineageError
 from klineage.schema.gate_result import GATES, GateResult
+from klineage.schema.lineage_records import LineageDetail
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKLOADS_ENV = "KLINEAGE_WORKLOADS"
@@ -192,10 +193,10 @@ class KLineageTools:
             raise ToolInputError(f"unknown lineage {lid!r}; known: {known or 'none'}")
         return {"lineage": lineage_view(view, self.step_skills(view))}
 
-    def step_skills(self, view: Any) -> dict[str, str]:
+    def step_skills(self, view: LineageDetail) -> dict[str, str]:
         """Step id -> the id of the skill it reverses into (accepted steps)."""
-        found = self.kb.store.neighbors([s.id for s in view.steps], "REVERSES_INTO") if view.steps else {}
-        return {sid: pairs[0][1].id for sid, pairs in found.items() if pairs}
+        found = self.kb.step_skills([s.id for s in view.steps])
+        return {sid: skills[0].id for sid, skills in found.items() if skills}
 
     # --------------------------------------------------------------------------------- planning
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from klineage.mcp.limits import MAX_DIFF_CHARS, MAX_EVIDENCE, MAX_FIELD_CHARS, MAX_SPEEDUPS
-from klineage.schema.graph import Node
+from klineage.schema.lineage_records import LineageDetail, Step
 from klineage.schema.records import Application, Condition, Evidence, Risk, Skill
 
 
@@ -79,24 +79,22 @@ def application_view(a: Application) -> dict[str, Any]:
             "speedup": a.speedup, "recordedAt": a.recorded_at, "verified": a.verified, "verdict": a.verdict or None}
 
 
-def step_view(step: Node, skill_ids: Mapping[str, str] | None = None) -> dict[str, Any]:
+def step_view(step: Step, skill_ids: Mapping[str, str] | None = None) -> dict[str, Any]:
     """One lineage step: operator, params, verdict and its diff (cut at MAX_DIFF_CHARS)."""
-    p = step.props
-    return {"id": step.id, "index": int(p.get("index", 0)), "operator": p.get("operator", ""),
-            "params": dict(p.get("params") or {}), "accepted": bool(p.get("accepted", False)),
-            "gate": p.get("gate"), "reason": clip(p.get("reason", "")),
-            "skillId": (skill_ids or {}).get(step.id), "diff": clip(p.get("diff", ""), MAX_DIFF_CHARS),
-            "sample": bool(p.get("sample", False))}
+    return {"id": step.id, "index": step.index, "operator": step.operator, "params": dict(step.params),
+            "accepted": step.accepted, "gate": step.gate, "reason": clip(step.reason),
+            "skillId": (skill_ids or {}).get(step.id), "diff": clip(step.diff, MAX_DIFF_CHARS),
+            "sample": step.sample}
 
 
-def lineage_view(view: Any, skill_ids: Mapping[str, str] | None = None, steps: bool = True) -> dict[str, Any]:
-    """A ``kb.store.LineageView`` without kernel sources: its metadata and (``steps``) its steps."""
-    p = view.lineage.props
+def lineage_view(view: LineageDetail, skill_ids: Mapping[str, str] | None = None, steps: bool = True
+                 ) -> dict[str, Any]:
+    """A lineage without kernel sources: its metadata and (``steps``) its steps."""
+    lin = view.lineage
     out: dict[str, Any] = {
-        "id": view.lineage.id, "workload": p.get("workload", ""), "gpu": p.get("gpu", ""), "arch": p.get("arch", ""),
-        "created": p.get("created", ""), "policy": p.get("policy", ""), "sample": bool(p.get("sample", False)),
-        "startSha": p.get("start_sha", ""), "stepCount": len(view.steps),
-        "accepted": sum(1 for s in view.steps if s.props.get("accepted")),
+        "id": lin.id, "workload": lin.workload, "gpu": lin.gpu, "arch": lin.arch, "created": lin.created,
+        "policy": lin.policy, "sample": lin.sample, "startSha": lin.start_sha, "stepCount": len(view.steps),
+        "accepted": sum(1 for s in view.steps if s.accepted),
     }
     if steps:
         out["steps"] = [step_view(s, skill_ids) for s in view.steps]

@@ -18,7 +18,16 @@ from klineage.schema.errors import LineageDocumentError
 from klineage.schema.evolution import evolution_relationships, kernel_names
 from klineage.schema.gate_result import GateResult
 from klineage.schema.graph import GraphBatch, Node, Relationship
-from klineage.schema.ids import canonical_json, content_id, kernel_sha
+from klineage.schema.ids import content_id, kernel_sha
+from klineage.schema.lineage_records import (
+    Architecture,
+    GateRun,
+    Kernel,
+    Lineage,
+    Step,
+    Workload,
+    step_speedups,
+)
 from klineage.schema.records import (
     Anchor,
     Condition,
@@ -30,6 +39,9 @@ from klineage.schema.records import (
     skill_id,
     workload_id,
 )
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "SAMPLE_LABEL", "LineageDocument", "document_measured", "lineage_json_schema",
+           "lineage_to_batch", "load_lineage_document", "parse_lineage_document", "skill_records", "step_speedups"]
 
 FORMAT = "klineage.lineage"
 FORMAT_VERSION = 1
@@ -151,15 +163,6 @@ def load_lineage_document(path: str | Path) -> LineageDocument:
     return parse_lineage_document(data, str(path))
 
 
-def step_speedups(step: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Per-shape speedups of the optimization a backward step removed: simplified time over optimized time."""
-    return [
-        {"shape": dict(t["shape"]), "dtype": t["dtype"], "speedup": t["to_ms"] / t["from_ms"],
-         "optimized_ms": t["from_ms"], "simplified_ms": t["to_ms"], "vendor_ms": t.get("vendor_ms")}
-        for t in step.get("timings", ())
-    ]
-
-
 def skill_records(doc: LineageDocument) -> list[tuple[Skill, list[Condition], list[Risk], list[int]]]:
     """The skills of one document with their conditions, risks and evidence step indexes.
 
@@ -198,49 +201,40 @@ def lineage_to_batch(doc: LineageDocument) -> GraphBatch:
     d = doc.data
     lid = doc.id
     arch = d["gpu"]["arch"]
+    workload = d["workload"]
     nodes: list[Node] = [
-        Node("Workload", workload_id(d["workload"]["name"]), {
-            "name": d["workload"]["name"], "family": d["workload"]["family"],
-            "description": d["workload"].get("description", ""), **(
-                {"roles": dict(d["workload"]["roles"])} if d["workload"].get("roles") else {})}),
-        Node("Architecture", architecture_id(arch), {"arch": arch, "gpu": d["gpu"]["name"],
-                                                      "sm_count": d["gpu"].get("sm_count")}),
-        Node("Lineage", lid, {
-            "workload": d["workload"]["name"], "gpu": d["gpu"]["name"], "arch": arch,
-            "versions": dict(d["versions"]), "created": d["created"], "policy": d.get("policy", ""),
-            "sample": doc.sample, "measured": doc.measured, "start_sha": d["start"], "n_steps": len(d["steps"]),
-            "n_accepted": sum(1 for s in d["steps"] if s["accepted"])}),
+        Workload.named(workload["name"], workload["family"], workload.get("description", ""),
+                       workload.get("roles") or None).to_node(),
+        Architecture.of(arch, d["gpu"]["name"], d["gpu"].get("sm_count")).to_node(),
+        Lineage(lid, workload["name"], d["gpu"]["name"], arch, dict(d["versions"]), d["created"], d.get("policy", ""),
+                doc.sample, doc.measured, d["start"], len(d["steps"]),
+                sum(1 for s in d["steps"] if s["accepted"])).to_node(),
     ]
     rels: list[Relationship] = [
-        Relationship("OF", lid, workload_id(d["workload"]["name"])),
+        Relationship("OF", lid, workload_id(workload["name"])),
         Relationship("STARTS_AT", lid, kernel_id(d["start"])),
     ]
     names = kernel_names(d)
     for k in d["kernels"]:
-        nodes.append(Node("Kernel", kernel_id(k["sha"]), {
-            "sha": k["sha"], "source": k["source"], "features": dict(k.get("features") or {}),
-            "summary": k.get("summary", ""), "sample": doc.sample,
-            **({"name": names[k["sha"]]} if k["sha"] in names else {})}))
+        nodes.append(Kernel.of(k["sha"], k["source"], k.get("features"), k.get("summary", ""), doc.sample,
+                               names.get(k["sha"], "")).to_node())
     rels.extend(evolution_relationships(d, lid))
     for step in d["steps"]:
         sid = doc.step_id(step["index"])
-        nodes.append(Node("Step", sid, {
-            "lineage_id": lid, "index": step["index"], "operator": step["operator"],
-            "params": dict(step.get("params") or {}), "diff": step.get("diff", ""),
-            "accepted": step["accepted"], "gate": step.get("gate"), "reason": step.get("reason", ""),
-            "timings": [dict(t) for t in step.get("timings", ())], "sample": doc.sample,
-            "measured": doc.measured, "skipped": bool(step.get("skipped", False))}))
+        nodes.append(Step(sid, lid, step["index"], step["operator"], dict(step.get("params") or {}),
+                          step.get("diff", ""), step["accepted"], step.get("gate"), step.get("reason", ""),
+                          tuple(dict(t) for t in step.get("timings", ())), doc.sample, doc.measured,
+                          bool(step.get("skipped", False))).to_node())
         rels.append(Relationship("HAS_STEP", lid, sid, {"index": step["index"]}))
         rels.append(Relationship("FROM", sid, kernel_id(step["from"])))
         if step["to"] is not None:
             rels.append(Relationship("TO", sid, kernel_id(step["to"])))
         for run in step.get("gate_runs", ()):
-            result = GateResult.from_dict(run)
-            rid = content_id("GateRun", canonical_json(result.to_dict()))
-            nodes.append(Node("GateRun", rid, {**result.to_dict(), "sample": doc.sample}))
-            if any(k["sha"] == result.kernel_sha for k in d["kernels"]):
-                rels.append(Relationship("VALIDATED_BY", kernel_id(result.kernel_sha), rid))
-            rels.append(Relationship("ON", rid, architecture_id(arch)))
+            gate_run = GateRun.of(GateResult.from_dict(run), doc.sample)
+            nodes.append(gate_run.to_node())
+            if any(k["sha"] == gate_run.kernel_sha for k in d["kernels"]):
+                rels.append(Relationship("VALIDATED_BY", kernel_id(gate_run.kernel_sha), gate_run.id))
+            rels.append(Relationship("ON", gate_run.id, architecture_id(arch)))
     for skill, conditions, risks, step_indexes in skill_records(doc):
         nodes.append(skill.to_node())
         for index in step_indexes:

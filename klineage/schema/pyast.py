@@ -24,8 +24,8 @@ def parse(source: str, filename: str = "<unknown>", mode: str = "exec", **kwargs
         return ast.parse(source, filename=filename, mode=mode, **kwargs)
 
 
-def literal_eval(text: str) -> Any:
-    """``ast.literal_eval`` of a string under ``AST_LOCK`` (it parses)."""
+def literal_eval(text: str | ast.AST) -> Any:
+    """``ast.literal_eval`` of a string (or an expression node) under ``AST_LOCK`` (a string is parsed)."""
     with AST_LOCK:
         return ast.literal_eval(text)
 

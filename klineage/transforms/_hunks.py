@@ -60,7 +60,7 @@ def hunks(before: str, edits: Sequence[Edit]) -> list[dict[str, Any]]:
 
 def undo_hunks(source: str, records: Sequence[Mapping[str, Any]]) -> str | None:
     """``source`` with every hunk put back; None when an anchor is not found."""
-    edits = []
+    edits: list[Edit] = []
     for r in records:
         try:
             needle, occ = str(r["at"]), int(r["occurrence"])

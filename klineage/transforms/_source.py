@@ -22,6 +22,11 @@ class Edit:
     text: str
 
 
+def shifted_edit(span: tuple[int, int], base: int, text: str) -> Edit:
+    """An ``Edit`` of ``span`` (offsets in a whole source) relative to a slice that starts at ``base``."""
+    return Edit(span[0] - base, span[1] - base, text)
+
+
 class Src:
     """A parsed source: text, tree and a mapping from ast positions to character offsets."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from klineage.transforms._source import Src, int_const, str_const
 
@@ -56,7 +57,7 @@ def dotted(node: ast.AST) -> str | None:
     return None
 
 
-def tl_func(call: ast.AST, al: Aliases) -> str | None:
+def tl_func(call: ast.AST | None, al: Aliases) -> str | None:
     """For a call to ``tl.X(...)`` (or ``triton.language.X``), return ``X``; else None."""
     if not isinstance(call, ast.Call):
         return None
@@ -67,6 +68,13 @@ def tl_func(call: ast.AST, al: Aliases) -> str | None:
     if head in al.tl or head in {f"{t}.language" for t in al.triton}:
         return attr
     return None
+
+
+def tl_call(node: ast.AST | None, al: Aliases, *names: str) -> TypeGuard[ast.Call]:
+    """True for a call ``tl.X(...)`` with ``X`` in ``names`` (any ``tl`` call when none are given): the
+    test ``tl_func(node, al) in names`` that also tells the type checker ``node`` is an ``ast.Call``."""
+    func = tl_func(node, al)
+    return func is not None and (not names or func in names)
 
 
 def triton_func(call: ast.AST, al: Aliases) -> str | None:
@@ -256,13 +264,11 @@ def launches(tree: ast.Module, ks: list[Kernel]) -> list[Launch]:
                     ki, gi, n_named = helpers[node.func.id]
                     if (
                         len(node.args) > max(ki, gi)
-                        and isinstance(node.args[ki], ast.Name)
-                        and node.args[ki].id in names
+                        and isinstance(target := node.args[ki], ast.Name)
+                        and target.id in names
                     ):
                         seen.add(id(node))
-                        out.append(
-                            Launch(node, node.args[ki].id, node.args[gi], func, stmt, n_named, node.func.id)
-                        )
+                        out.append(Launch(node, target.id, node.args[gi], func, stmt, n_named, node.func.id))
     return out
 
 
@@ -416,7 +422,7 @@ def value_sites(src: Src, kernel: Kernel, name: str, al: Aliases) -> list[Site]:
 
 def kernel_calls(kernel: Kernel, al: Aliases, func: str) -> list[ast.Call]:
     """All ``tl.func(...)`` calls in a kernel body."""
-    return [n for n in ast.walk(kernel.node) if tl_func(n, al) == func]
+    return [n for n in ast.walk(kernel.node) if tl_call(n, al, func)]
 
 
 def arange_blocks(kernel: Kernel, al: Aliases) -> list[str]:
@@ -424,8 +430,8 @@ def arange_blocks(kernel: Kernel, al: Aliases) -> list[str]:
     out: list[str] = []
     cex = set(kernel.constexprs)
     for call in ast.walk(kernel.node):
-        if tl_func(call, al) == "arange" and len(call.args) == 2:  # type: ignore[arg-type]
-            end = call.args[1]  # type: ignore[attr-defined]
+        if tl_call(call, al, "arange") and len(call.args) == 2:
+            end = call.args[1]
             if isinstance(end, ast.Name) and end.id in cex and end.id not in out:
                 out.append(end.id)
     return out

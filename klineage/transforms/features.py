@@ -12,6 +12,7 @@ import ast
 import re
 from typing import Any
 
+from klineage.schema.kernel_features import KERNEL_FEATURES
 from klineage.transforms._source import Src, int_const
 from klineage.transforms._triton import (
     Aliases,
@@ -30,73 +31,36 @@ from klineage.transforms._triton import (
     value_sites,
 )
 
-#: Every feature ``kernel_features`` returns, in a fixed order. Booleans unless noted.
-#:
-#: - ``has_dot``: a ``tl.dot`` in a kernel; ``n_dots`` (int): how many.
-#: - ``has_k_loop``: a loop containing both loads and ``tl.dot`` (a GEMM-style reduction loop).
-#: - ``num_stages`` / ``num_warps`` (int | None): the largest value set at launch, in autotune configs
-#:   or (stages) on ``tl.range``; None when the source leaves the Triton default.
-#: - ``block_m`` / ``block_n`` / ``block_k`` / ``block_size`` (int | None): the largest literal value
-#:   of the tile constexprs (named ``*_M``/``*_N``/``*_K``; ``block_size`` for the others).
-#: - ``uses_autotune``, ``n_autotune_configs`` (int), ``uses_heuristics``.
-#: - ``row_reduction``: ``tl.sum``/``tl.max``/... over an axis in a kernel without ``tl.dot``.
-#: - ``online_softmax``: a loop keeping a running max (``tl.maximum(m, ...)``) and rescaling by ``exp``.
-#: - ``persistent``: programs loop over work items with a program-count stride (grid from SM count).
-#: - ``uses_tma``: tensor descriptors or block pointers.
-#: - ``grouped_order``: a GROUP_SIZE program-id swizzle (or ``tl.swizzle2d``).
-#: - ``uses_exp2``, ``uses_rsqrt``, ``eviction_hints``, ``contiguity_hints``, ``has_atomic``.
-#: - ``int64_offsets``: casts to ``tl.int64``.
-#: - ``causal_skip``: attention loop bounds that depend on the program id (blocks above the diagonal
-#:   are skipped).
-#: - ``mask_elision``: a constexpr branch selects unmasked loads (EVEN_K style).
-#: - ``epilogue_fusion``: the accumulator of a ``tl.dot`` loop is transformed before its store.
-#: - ``fp32_accumulate``: fp32 accumulators (``tl.zeros(..., dtype=tl.float32)``) or fp32 upcasts of loads.
-#: - ``dot_accumulate``: ``acc = tl.dot(a, b, acc)`` (accumulate inside the MMA).
-#: - ``multi_row``: a row kernel that processes a 2-D tile of several rows per program.
-#: - ``single_pass_row``: a row kernel without a column loop (the whole row in one tile).
-#: - ``split_k``: K is partitioned across programs (atomics or a SPLIT_K constexpr in a dot kernel).
-#: - ``n_kernels`` (int): launched ``@triton.jit`` kernels; ``n_loops`` (int): loops in kernels.
-#: - ``uses_mask``: a masked load or store.
-#: - ``elementwise``: no dot and no reduction.
-#: - ``register_cap``: ``maxnreg`` set (not None) on a call: an autotune config or a launch.
-KERNEL_FEATURES: tuple[str, ...] = (
-    "has_dot",
-    "n_dots",
-    "has_k_loop",
-    "num_stages",
-    "num_warps",
-    "block_m",
-    "block_n",
-    "block_k",
-    "block_size",
-    "uses_autotune",
-    "n_autotune_configs",
-    "uses_heuristics",
-    "row_reduction",
-    "online_softmax",
-    "persistent",
-    "uses_tma",
-    "grouped_order",
-    "uses_exp2",
-    "uses_rsqrt",
-    "eviction_hints",
-    "contiguity_hints",
-    "has_atomic",
-    "int64_offsets",
-    "causal_skip",
-    "mask_elision",
-    "epilogue_fusion",
-    "fp32_accumulate",
-    "dot_accumulate",
-    "multi_row",
-    "single_pass_row",
-    "split_k",
-    "n_kernels",
-    "n_loops",
-    "uses_mask",
-    "elementwise",
-    "register_cap",
-)
+# ``kernel_features`` returns every name of ``KERNEL_FEATURES`` (declared once, in ``schema.kernel_features``),
+# in that order. How each is recognised (booleans unless noted):
+#
+#   - ``has_dot``: a ``tl.dot`` in a kernel; ``n_dots`` (int): how many.
+#   - ``has_k_loop``: a loop containing both loads and ``tl.dot`` (a GEMM-style reduction loop).
+#   - ``num_stages`` / ``num_warps`` (int | None): the largest value set at launch, in autotune configs
+#     or (stages) on ``tl.range``; None when the source leaves the Triton default.
+#   - ``block_m`` / ``block_n`` / ``block_k`` / ``block_size`` (int | None): the largest literal value
+#     of the tile constexprs (named ``*_M``/``*_N``/``*_K``; ``block_size`` for the others).
+#   - ``uses_autotune``, ``n_autotune_configs`` (int), ``uses_heuristics``.
+#   - ``row_reduction``: ``tl.sum``/``tl.max``/... over an axis in a kernel without ``tl.dot``.
+#   - ``online_softmax``: a loop keeping a running max (``tl.maximum(m, ...)``) and rescaling by ``exp``.
+#   - ``persistent``: programs loop over work items with a program-count stride (grid from SM count).
+#   - ``uses_tma``: tensor descriptors or block pointers.
+#   - ``grouped_order``: a GROUP_SIZE program-id swizzle (or ``tl.swizzle2d``).
+#   - ``uses_exp2``, ``uses_rsqrt``, ``eviction_hints``, ``contiguity_hints``, ``has_atomic``.
+#   - ``int64_offsets``: casts to ``tl.int64``.
+#   - ``causal_skip``: attention loop bounds that depend on the program id (blocks above the diagonal
+#     are skipped).
+#   - ``mask_elision``: a constexpr branch selects unmasked loads (EVEN_K style).
+#   - ``epilogue_fusion``: the accumulator of a ``tl.dot`` loop is transformed before its store.
+#   - ``fp32_accumulate``: fp32 accumulators (``tl.zeros(..., dtype=tl.float32)``) or fp32 upcasts of loads.
+#   - ``dot_accumulate``: ``acc = tl.dot(a, b, acc)`` (accumulate inside the MMA).
+#   - ``multi_row``: a row kernel that processes a 2-D tile of several rows per program.
+#   - ``single_pass_row``: a row kernel without a column loop (the whole row in one tile).
+#   - ``split_k``: K is partitioned across programs (atomics or a SPLIT_K constexpr in a dot kernel).
+#   - ``n_kernels`` (int): launched ``@triton.jit`` kernels; ``n_loops`` (int): loops in kernels.
+#   - ``uses_mask``: a masked load or store.
+#   - ``elementwise``: no dot and no reduction.
+#   - ``register_cap``: ``maxnreg`` set (not None) on a call: an autotune config or a launch.
 
 _REDUCTIONS = {"sum", "max", "min", "argmax", "argmin", "reduce", "xor_sum", "cumsum"}
 _TMA = {
@@ -294,7 +258,7 @@ def epilogue_statements(k: Kernel, al: Aliases) -> list[ast.stmt]:
     if not accs:
         return []
     body = k.node.body
-    out = []
+    out: list[ast.stmt] = []
     for i, stmt in enumerate(body):
         if stmt in dot_loops(k, al):
             for later in body[i + 1 :]:

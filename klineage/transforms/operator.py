@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 from abc import ABC
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -170,10 +170,11 @@ class Operator(ABC):
     def _detect(self, m: Module) -> list[Anchor]:
         raise NotImplementedError(f"{type(self).__name__} does not detect")
 
-    def _simplify(self, m: Module) -> Rewrite | None:
+    # ``*args: Any, **params: Any``: each operator's override names the options and parameters it takes
+    def _simplify(self, m: Module, *args: Any, **options: Any) -> Rewrite | None:
         raise NotImplementedError(f"{type(self).__name__} does not simplify")
 
-    def _apply(self, m: Module, **params: Any) -> Rewrite | None:
+    def _apply(self, m: Module, *args: Any, **params: Any) -> Rewrite | None:
         raise NotImplementedError(f"{type(self).__name__} does not apply")
 
     def _restore_edits(
@@ -195,7 +196,7 @@ class Operator(ABC):
 
     def _restore(self, source: str, recorded: list[dict[str, Any]], params: Mapping[str, Any]) -> Rewrite | None:
         """``apply`` given the record: the hunks put back, or the ``_restore_edits`` of a site record."""
-        echo = {n: params.get(n) for n in (*self.echo, self.record)}
+        echo = {n: params.get(n) for n in (*self.echo, self.record) if n is not None}
         if type(self)._restore_edits is Operator._restore_edits:
             after = undo_hunks(source, recorded)
             return None if after is None else self._rewrite(source, after, echo, "apply")
@@ -204,7 +205,7 @@ class Operator(ABC):
         return None if edits is None else self._edited(m, edits, echo, "apply")  # type: ignore[arg-type]
 
     def _edited(
-        self, m: Module, edits: Sequence[Edit], params: Mapping[str, Any], direction: Direction
+        self, m: Module, edits: Collection[Edit], params: Mapping[str, Any], direction: Direction
     ) -> Rewrite | None:
         """The Rewrite applying ``edits`` to the parsed source; None when there are none."""
         if not edits:

@@ -14,6 +14,7 @@ performance gate while it holds the device alone.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import multiprocessing
 import threading
 from pathlib import Path
@@ -35,7 +36,7 @@ def _time_in_child(reference_path: str, shape: dict[str, int], dtype: str, rep_m
     baseline = vendor if callable(vendor) else reference.reference
     with torch.cuda.device(torch.device(device)):
         inputs = reference.make_inputs(dict(shape), dtype, 0, device=device)
-        stats, _ = time_cuda(lambda inputs=inputs: baseline(*inputs), rep_ms=rep_ms, host_lead_us=host_lead_us)
+        stats, _ = time_cuda(functools.partial(baseline, *inputs), rep_ms=rep_ms, host_lead_us=host_lead_us)
     return stats
 
 

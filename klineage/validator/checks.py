@@ -147,11 +147,11 @@ def compare(out: Any, ref: Any, tolerance: float) -> float:
                 raise CaseFailure(f"{which}{int((~same).sum())} elements differ where the reference is "
                                   "not finite")
         of, rf = o64[finite], r64[finite]
-        bad = ~torch.isfinite(of)
-        if bool(bad.any()):
+        nonfinite = ~torch.isfinite(of)
+        if bool(nonfinite.any()):
             first = int(torch.nonzero(~torch.isfinite(o64) & finite.reshape(o64.shape))[0].tolist()[0]) \
                 if o64.dim() == 1 else torch.nonzero(~torch.isfinite(o64) & finite)[0].tolist()
-            raise CaseFailure(f"{which}{int(bad.sum())} of {r.numel()} elements are NaN/Inf where the reference "
+            raise CaseFailure(f"{which}{int(nonfinite.sum())} of {r.numel()} elements are NaN/Inf where the reference "
                               f"is finite (never-written output reads as NaN here), first at index {first}")
         denom = float(torch.linalg.vector_norm(rf)) if rf.numel() else 0.0
         diff = float(torch.linalg.vector_norm(of - rf)) if rf.numel() else 0.0

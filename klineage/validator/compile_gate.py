@@ -214,8 +214,8 @@ class CompileProbe:
                 probe._in_group = None
 
         self._saved = [(JITFunction, "run", original_jit_run), (Autotuner, "run", original_autotune_run)]
-        JITFunction.run = jit_run  # type: ignore[method-assign]
-        Autotuner.run = autotune_run  # type: ignore[method-assign]
+        JITFunction.run = jit_run
+        Autotuner.run = autotune_run
 
     def uninstall(self) -> None:
         for cls, name, original in self._saved:

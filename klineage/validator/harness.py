@@ -38,7 +38,7 @@ from klineage.validator.static import SAFE_BUILTINS
 try:  # the interpreter module imports numpy; always present with triton 3.6
     from triton.runtime.interpreter import InterpretedFunction
 except ImportError:  # pragma: no cover
-    InterpretedFunction = None  # type: ignore[assignment,misc]
+    InterpretedFunction = None
 
 POISON_OPS = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided"})
 ALLOWED_HOST_OPS = POISON_OPS | frozenset({
@@ -81,7 +81,7 @@ class LaunchWatch:
         """True while a Triton launch (or autotuning) is executing."""
         return self._state.depth > 0
 
-    def _wrap_launch(self, cls: type) -> None:
+    def _wrap_launch(self, cls: Any) -> None:
         original = cls.run
         watch = self
 

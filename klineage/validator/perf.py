@@ -26,6 +26,7 @@ timed fails here.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -113,14 +114,14 @@ def measure_ceilings() -> dict[str, Any]:
     n = 1 << 30  # 1 GiB each way: far beyond L2
     src = torch.randint(0, 255, (n,), dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    copy, _ = time_cuda(lambda dst=dst, src=src: dst.copy_(src), rep_ms=200)
+    copy, _ = time_cuda(functools.partial(dst.copy_, src), rep_ms=200)
     copy_bw = 2 * n / (copy["median_ms"] * 1e-3)
     del src, dst
     gemm: dict[str, float] = {}
     for size in (4096, 8192):
         a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
-        stats, _ = time_cuda(lambda a=a, b=b: torch.matmul(a, b), rep_ms=200)
+        stats, _ = time_cuda(functools.partial(torch.matmul, a, b), rep_ms=200)
         gemm[str(size)] = 2.0 * size**3 / (stats["median_ms"] * 1e-3)
         del a, b
     torch.cuda.empty_cache()
@@ -192,7 +193,7 @@ def run_performance(runner: Any, reference: Any, manifest: Any, shapes: Sequence
             flops = float(flops_fn(dict(shape))) if callable(flops_fn) else 0.0
         for dtype in manifest.dtypes:
             label = case_label(shape, dtype)
-            if roofline:
+            if roofline and ceilings is not None:  # roofline: ceilings were given
                 moved = float(bytes_fn(dict(shape), dtype)) if callable(bytes_fn) else 0.0
                 floor_ms = 1e3 * max(flops / ceilings["bf16_gemm_flops_per_s"], moved / ceilings["copy_bytes_per_s"])
             first: dict[str, Any] | None = None

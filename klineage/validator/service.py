@@ -207,7 +207,7 @@ class JobManager:
 
     def workload_names(self) -> list[str]:
         """Names of the workload folders under the roots."""
-        names = []
+        names: list[str] = []
         for root in self.config.workload_roots:
             if root.is_dir():
                 names.extend(p.name for p in sorted(root.iterdir()) if (p / "manifest.toml").is_file())
@@ -304,7 +304,7 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
     manager = JobManager(config)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):  # type: ignore[no-untyped-def]
+    async def lifespan(app: FastAPI):
         await asyncio.to_thread(manager.start)
         yield
         manager.stop()

@@ -418,13 +418,13 @@ class _Checker:
             raise StaticViolation(node, "the matrix-multiply operator '@' in host code: the work must be done "
                                   "by a Triton kernel")
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            canon = self.aliases.get(node.id)
-            if canon is not None and canon in MODULE_PATHS:
+            alias = self.aliases.get(node.id)
+            if alias is not None and alias in MODULE_PATHS:
                 # Reached only when the name is not the root of an attribute chain (chains return above).
                 raise StaticViolation(node, f"module aliasing: the module '{node.id}' may only be used as "
                                       f"{node.id}.<name>, never bound, passed or stored")
-            if canon is not None:
-                self._check_path(node, canon.split("."), host=not in_kernel)
+            if alias is not None:
+                self._check_path(node, alias.split("."), host=not in_kernel)
             elif node.id not in self.bound and node.id not in SAFE_BUILTINS:
                 raise StaticViolation(node, f"name '{node.id}' is not defined in the candidate and not an "
                                       "allowed builtin")
@@ -495,11 +495,11 @@ class _Checker:
         launches = 0
         referenced: set[str] = set()
         for fn in reachable:
-            for node in ast.walk(fn):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript):
+            for sub in ast.walk(fn):
+                if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Subscript):
                     launches += 1
-                if isinstance(node, ast.Name) and node.id in kernelish:
-                    referenced.add(node.id)
+                if isinstance(sub, ast.Name) and sub.id in kernelish:
+                    referenced.add(sub.id)
         if launches == 0 or not referenced:
             raise StaticViolation(run, "run never launches a Triton kernel (no kernel[grid](...) reachable "
                                   "from run that names a @triton.jit kernel)")

@@ -85,7 +85,7 @@ def test_get_skill_and_lineages(server: str, kb: KnowledgeBase) -> None:
     assert sorted(v.id for v in lineages) == sorted(v.lineage.id for v in views)
     by_id = {v.lineage.id: v for v in views}
     for lin in lineages:
-        assert [s.operator for s in lin.steps] == [s.props["operator"] for s in by_id[lin.id].steps]
+        assert [s.operator for s in lin.steps] == [s.operator for s in by_id[lin.id].steps]
     assert gemm and all(v.workload == "gemm" for v in gemm)
     accepted = [s for lin in gemm for s in lin.steps if s.accepted]
     assert accepted and all(s.skill_id and s.skill_id.startswith("skill:") for s in accepted)

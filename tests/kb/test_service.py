@@ -196,21 +196,21 @@ def test_skill_pages(kb: KnowledgeBase) -> None:
 def test_lineages_kernels_and_gate_runs(kb: KnowledgeBase) -> None:
     report = kb.ingest(load_doc(GEMM_FIXTURE))
     kb.ingest(load_doc(SOFTMAX_FIXTURE))
-    assert [w.props["name"] for w in kb.workloads()] == ["gemm", "softmax"]
-    assert len(kb.lineages()) == 2 and [v.lineage.props["workload"] for v in kb.lineages("gemm")] == ["gemm"]
+    assert [w.name for w in kb.workloads()] == ["gemm", "softmax"]
+    assert len(kb.lineages()) == 2 and [v.lineage.workload for v in kb.lineages("gemm")] == ["gemm"]
     view = kb.lineage(report.lineage_id)
-    assert view is not None and [s.props["index"] for s in view.steps] == [0, 1, 2, 3]
+    assert view is not None and [s.index for s in view.steps] == [0, 1, 2, 3]
     data = fixture_data(GEMM_FIXTURE)
     kernels = kb.lineage_kernels(view)
-    assert [k.props["sha"] for k in kernels] == [k["sha"] for k in data["kernels"]]  # walk order
+    assert [k.sha for k in kernels] == [k["sha"] for k in data["kernels"]]  # walk order
     start = kb.kernel(data["start"])
-    assert start is not None and start.props["source"] == data["kernels"][0]["source"]
+    assert start is not None and start.source == data["kernels"][0]["source"]
     assert kb.kernel("0" * 64) is None
     validated = data["steps"][0]["gate_runs"][0]["kernel_sha"]
     target = kb.kernel(validated)
     assert target is not None
     runs = kb.gate_runs([target.id, start.id])
-    assert [r.props["verdict"] for r in runs[target.id]] == ["pass"] and runs[start.id] == []
+    assert [r.verdict for r in runs[target.id]] == ["pass"] and runs[start.id] == []
 
 
 def test_record_application(kb: KnowledgeBase) -> None:
@@ -222,7 +222,7 @@ def test_record_application(kb: KnowledgeBase) -> None:
     counts = kb.store.counts()
     assert counts["Application"] == 1 and counts[":USED"] == 1
     kernel = kb.kernel(kernel_sha(source))
-    assert kernel is not None and kernel.props["source"] == source
+    assert kernel is not None and kernel.source == source
     kb.record_application(sid, source, "regression", 0.9)
     assert kb.store.counts()["Application"] == 2
     assert kb.store.counts()["Kernel"] == counts["Kernel"]  # the kernel node is reused
@@ -230,7 +230,7 @@ def test_record_application(kb: KnowledgeBase) -> None:
     start = fixture_data(GEMM_FIXTURE)["kernels"][0]
     kb.record_application(sid, start["source"], "pass")
     kept = kb.kernel(start["sha"])
-    assert kept is not None and kept.props["features"] == start["features"]  # not overwritten
+    assert kept is not None and kept.features == start["features"]  # not overwritten
     before = kb.store.export()
     for args, needle in [(("skill:nope", source, "pass"), "unknown skill skill:nope"),
                          ((sid, "  ", "pass"), "kernel_source"),

@@ -45,7 +45,7 @@ def test_verified_and_unverified_applications(kb: KnowledgeBase) -> None:
     app = kb.record_application(SKILL, "k2 = 2\n", "improved", 1.5, gate_result=gate("k2 = 2\n"))
     assert app.verified and app.verdict == "pass"
     runs = kb.gate_runs([kb.kernel(kernel_sha("k2 = 2\n")).id])  # type: ignore[union-attr]
-    assert [n.props["verdict"] for nodes in runs.values() for n in nodes] == ["pass"]
+    assert [r.verdict for found in runs.values() for r in found] == ["pass"]
     kb.record_application(SKILL, "k3 = 3\n", "fail-correctness", None, gate_result=gate("k3 = 3\n", "fail"))
     after = kb.skill(SKILL)
     assert after is not None

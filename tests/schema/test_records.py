@@ -6,7 +6,7 @@ import pytest
 
 from klineage.schema.gate_result import GateOutcome, GateResult
 from klineage.schema.graph import GraphBatch, Node, Relationship
-from klineage.schema.ids import content_id, kernel_sha
+from klineage.schema.ids import canonical_json, content_id, kernel_sha
 from klineage.schema.records import Anchor, Condition, Effect, Risk, Skill, skill_id
 
 
@@ -98,3 +98,49 @@ def test_a_skill_is_a_hypothesis_until_a_verified_trial_on_new_code_goes_its_way
     assert loss.admitted  # a loss on the lineages, and no gain on new code: the direction holds
     unmeasured = replace(gain, effect=Effect.of([]), verified=4, paid=4, field_effect=Effect.of([1.2] * 4))
     assert not unmeasured.admitted
+
+
+def test_walk_records_read_back_every_node_a_lineage_document_writes() -> None:
+    """Workload, Architecture, Kernel, Lineage, Step and GateRun records read the nodes ``lineage_to_batch``
+    writes and write exactly the same nodes back (same id, same properties)."""
+    from pathlib import Path
+
+    from klineage.schema import lineage_records as lr
+    from klineage.schema.lineage_document import lineage_to_batch, load_lineage_document
+
+    record_of = {"Workload": lr.Workload, "Architecture": lr.Architecture, "Kernel": lr.Kernel,
+                 "Lineage": lr.Lineage, "Step": lr.Step, "GateRun": lr.GateRun}
+    fixtures = sorted((Path(__file__).parents[1] / "fixtures" / "lineages").glob("*.json"))
+    assert fixtures
+    seen: set[str] = set()
+    for path in fixtures:
+        for node in lineage_to_batch(load_lineage_document(path)).nodes:
+            record = record_of.get(node.label)
+            if record is None:
+                continue
+            back = record.from_node(node)
+            assert back.to_node() == node, f"{path.name}: {node.label} {node.id}"
+            assert back.id == node.id
+            seen.add(node.label)
+    assert seen == set(record_of)
+
+
+def test_walk_records_ids_and_defaults() -> None:
+    from klineage.schema.lineage_records import GateRun, Kernel, Lineage, Step, Workload
+    from klineage.schema.records import kernel_id, workload_id
+
+    assert Workload.named("gemm", "matmul").id == workload_id("gemm")
+    assert Kernel.of("ab" * 32, "src").id == kernel_id("ab" * 32)
+    assert "name" not in Kernel.of("ab" * 32, "src").to_node().props  # absent, never empty
+    assert "roles" not in Workload.named("gemm").to_node().props
+    # a node without the newer properties reads with the documented defaults
+    step = Step.from_node(Node("Step", "step:x", {"index": 2, "operator": "exp2"}))
+    assert (step.index, step.operator, step.measured, step.accepted, step.timings) == (2, "exp2", True, False, ())
+    assert Lineage.from_node(Node("Lineage", "lineage:x", {"workload": "gemm"})).measured is True
+    timed = Step("step:y", "lineage:x", 0, "exp2", timings=({"shape": {"n": 1}, "dtype": "fp16", "from_ms": 1.0,
+                                                             "to_ms": 1.5},))
+    assert [x["speedup"] for x in timed.speedups()] == [1.5]
+    result = GateResult("abc", "cpu", {"torch": "2.11.0"}, (GateOutcome("static", "pass"),))
+    run = GateRun.of(result)
+    assert run.id == content_id("GateRun", canonical_json(result.to_dict()))
+    assert run.result() == result and GateRun.from_node(run.to_node()) == run

@@ -363,7 +363,7 @@ def _causal_call(
         lo, hi = name_of(rc.args[0]), name_of(rc.args[1])
         if lo not in params or hi not in params:
             continue
-        lo_i, hi_i = params.index(lo), params.index(hi)  # type: ignore[arg-type]
+        lo_i, hi_i = params.index(lo), params.index(hi)
         if not (isinstance(call.args[lo_i], ast.Constant) and call.args[lo_i].value == 0):  # type: ignore[attr-defined]
             continue
         step = name_of(rc.args[2])
@@ -376,10 +376,10 @@ def _causal_call(
         if len(hits) != 1:
             continue
         flag, q_param = hits[0]
-        q = _offsets(m, call.args[params.index(q_param)], defs)
-        if q is None or not uses([q[0]], derived):
+        offsets = _offsets(m, call.args[params.index(q_param)], defs)
+        if offsets is None or not uses([offsets[0]], derived):
             continue
-        return CausalCall(st, call, lo_i, hi_i, flag, m.src.seg(q[0]), m.src.seg(q[1]), step_text)
+        return CausalCall(st, call, lo_i, hi_i, flag, m.src.seg(offsets[0]), m.src.seg(offsets[1]), step_text)
     return None
 
 
@@ -396,12 +396,12 @@ def _guarded_causal(m: Module, helper: Kernel, params: list[str], flag: int, loo
         compares = [t for st in node.body for t in ast.walk(st) if isinstance(t, ast.Compare)
                     and uses([t], {var, *params})]
         mask = next((a[1] for st in node.body if (a := assign(st)) is not None and a[1] in compares), None)
-        if len(compares) != 1 or mask is None or len(mask.ops) != 1:  # type: ignore[attr-defined]
+        if len(compares) != 1 or mask is None or len(mask.ops) != 1:
             continue
-        left, right = mask.left, mask.comparators[0]  # type: ignore[attr-defined]
-        if isinstance(mask.ops[0], ast.LtE):  # type: ignore[attr-defined]
+        left, right = mask.left, mask.comparators[0]
+        if isinstance(mask.ops[0], ast.LtE):
             left, right = right, left
-        elif not isinstance(mask.ops[0], ast.GtE):  # type: ignore[attr-defined]
+        elif not isinstance(mask.ops[0], ast.GtE):
             continue
         if not (isinstance(left, ast.Subscript) and name_of(left.value) in params
                 and m.src.seg(left.slice) == ":, None"):

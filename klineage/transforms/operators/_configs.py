@@ -95,16 +95,17 @@ def _configs_from_node(
         cfgs = [c for c in node.elts if isinstance(c, ast.Call) and (dotted(c.func) or "").endswith("Config")]
         if len(cfgs) != len(node.elts) or not cfgs:
             return None
-        out = [_config_kwargs(m, c, {}) for c in cfgs]
-        return None if any(o is None for o in out) else out  # type: ignore[return-value]
+        found = [_config_kwargs(m, c, {}) for c in cfgs]
+        kwargs = [o for o in found if o is not None]
+        return kwargs if len(kwargs) == len(found) else None
     if isinstance(node, ast.ListComp) and len(node.generators) == 1 and not node.generators[0].ifs:
         gen = node.generators[0]
         cfg = node.elt
         if not (isinstance(cfg, ast.Call) and (dotted(cfg.func) or "").endswith("Config")):
             return None
-        table = gen.iter
+        table: ast.expr | None = gen.iter
         if isinstance(table, ast.Name):
-            table = table_env.get(table.id)  # type: ignore[assignment]
+            table = table_env.get(table.id)
         try:
             rows = pyast.literal_eval(table) if table is not None else None
         except ValueError:
@@ -114,7 +115,7 @@ def _configs_from_node(
         targets = gen.target.elts if isinstance(gen.target, ast.Tuple) else [gen.target]
         if not all(isinstance(t, ast.Name) for t in targets):
             return None
-        out = []
+        out: list[list[tuple[str, str]]] = []
         for row in rows:
             values = row if isinstance(gen.target, ast.Tuple) else (row,)
             if len(values) != len(targets):

@@ -132,11 +132,11 @@ def grid_divs(m: Module, la: Launch) -> list[GridDiv] | None:
     # a host local the grid reads that itself divides by a constant (tiles = cdiv(M, 32) * ...)
     if la.func is not None:
         for name in {x.id for x in ast.walk(node) if isinstance(x, ast.Name)} - inner:
-            v = single_value(la.func, name)
-            if v is not None and any(
+            local = single_value(la.func, name)
+            if local is not None and any(
                 (isinstance(x, ast.Call) and triton_func(x, m.al) == "cdiv")
                 or (isinstance(x, ast.BinOp) and isinstance(x.op, (ast.FloorDiv, ast.Div)))
-                for x in ast.walk(v)
+                for x in ast.walk(local)
             ):
                 return None
     return out

@@ -116,7 +116,7 @@ def split_kernel(m: Module, k: Kernel) -> MatmulSplit | None:
             needed_by_keep |= names(st)
     if any(acc in targets(st) for st in keep):
         return None
-    if cast is not None and any(value.id in names(st) for st in keep + epi):  # type: ignore[union-attr]
+    if cast is not None and any(value.id in names(st) for st in keep + epi):
         return None
     return MatmulSplit(k, acc, body[:i], loops[0], keep, epi, store, cast)
 

@@ -81,6 +81,12 @@ def _kernel_side(m: Module, k: Kernel, la: Launch, expr: ast.expr, meta: str | N
     return walk(expr)
 
 
+def _one_d_grid(grid: tuple[ast.expr, str | None] | None) -> tuple[ast.expr, str | None]:
+    """The only dimension and the meta argument of a grid that ``_one_d_launches`` accepted (a tuple)."""
+    assert grid is not None and isinstance(grid[0], (ast.Tuple, ast.List)), "a 1-D launch has a grid tuple"
+    return grid[0].elts[0], grid[1]
+
+
 class PersistentLoop(Operator):
     """Shared machinery: programs loop over work items with a program-count stride. Subclasses say
     whether they take tl.dot kernels (``dot``), how the work count is named (``work_name``) and how
@@ -104,7 +110,7 @@ class PersistentLoop(Operator):
                     sm_params.add(p)
         for st in k.node.body:
             rc = range_call(st, m.al)
-            if rc is None or len(rc.args) < 3 or not isinstance(st.target, ast.Name):  # type: ignore[attr-defined]
+            if rc is None or not isinstance(st, ast.For) or len(rc.args) < 3 or not isinstance(st.target, ast.Name):
                 continue
             start, step = rc.args[0], rc.args[2]
             s_ok = any(
@@ -117,7 +123,7 @@ class PersistentLoop(Operator):
                 for n in ast.walk(step)
             )
             if s_ok and t_ok:
-                out.append((st, rc))  # type: ignore[arg-type]
+                out.append((st, rc))
         return out
 
     def _mine(self, m: Module, k: Kernel) -> bool:
@@ -272,7 +278,7 @@ class PersistentLoop(Operator):
             return None
         assign, guard, las = plan
         var = assign.targets[0].id  # type: ignore[attr-defined]
-        nprog = [st.targets[0].id for st in k.node.body[:-2]  # type: ignore[attr-defined]
+        nprog = [st.targets[0].id for st in k.node.body[:-2]
                  if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
                  and tl_func(st.value, m.al) == "num_programs"]
         step = nprog[0] if nprog else f"{m.tl}.num_programs(0)"
@@ -337,8 +343,7 @@ class PersistentLoop(Operator):
             grids = [grid_tuple(m, la) for la in las]
             in_kernel = None
             if any(g is not None and g[1] is not None for g in grids):
-                counts = {_kernel_side(m, k, la, g[0].elts[0], g[1])  # type: ignore[attr-defined,index]
-                          for la, g in zip(las, grids, strict=True)}
+                counts = {_kernel_side(m, k, la, *_one_d_grid(g)) for la, g in zip(las, grids, strict=True)}
                 if len(counts) != 1 or None in counts:
                     continue
                 in_kernel = counts.pop()

@@ -36,6 +36,7 @@ from klineage.transforms._triton import (
     loops,
     range_call,
     single_value,
+    tl_call,
     tl_func,
 )
 from klineage.transforms.features import accumulators, pid_derived
@@ -142,9 +143,9 @@ def _dot_accumulator(k: Kernel, al: Aliases) -> list[str]:
                 and tl_func(st.value, al) == "zeros"
             ]
             init = inits[0] if inits else None
-        if tl_func(init, al) != "zeros" or not init.args:  # type: ignore[union-attr]
+        if not tl_call(init, al, "zeros") or not init.args:
             continue
-        shape = init.args[0]  # type: ignore[union-attr]
+        shape = init.args[0]
         if isinstance(shape, (ast.Tuple, ast.List)) and len(shape.elts) == 2:
             dims = [e.id if isinstance(e, ast.Name) and e.id in cex else "" for e in shape.elts]
             if all(dims):

@@ -50,7 +50,7 @@ def _is_pow2_call(m: Module, node: ast.AST) -> bool:
 
 def dispatches(m: Module) -> list[Dispatch]:
     """The host dispatches between a single-pass and a looped kernel."""
-    out = []
+    out: list[Dispatch] = []
     for la in m.launches:
         func = la.func
         if func is None:
@@ -187,8 +187,10 @@ def looped_kernels(m: Module) -> list[Looped]:
             continue
         found = None
         for path, body in _body_paths(k.node):
-            hits = []
+            hits: list[tuple[ast.For, tuple[str, str], ast.If | None]] = []
             for i, st in enumerate(body):
+                if not isinstance(st, ast.For):  # a column loop is a for loop (range_call)
+                    continue
                 if (cl := _column_loop(m, k, st)) is not None:
                     hits.append((st, cl, None))
                 elif (fc := _full_chunk_loop(m, k, body, i)) is not None:
@@ -204,7 +206,7 @@ def looped_kernels(m: Module) -> list[Looped]:
         if len({cl for _, cl, _ in hits}) != 1:
             continue
         n_param, block = hits[0][1]
-        loops_ = tuple(st for st, _, _ in hits)  # type: ignore[misc]
+        loops_ = tuple(st for st, _, _ in hits)
         tails = tuple(tail for _, _, tail in hits)
         # every other loop stepping by the block (one over the full chunks without its tail) refuses
         others = [
@@ -219,7 +221,7 @@ def looped_kernels(m: Module) -> list[Looped]:
             continue
         if not _simple_host(args[n_param]) or all_names([la.grid]) & all_names([args[block]]) - {"triton"}:
             continue
-        out.append(Looped(k, la, body, path, loops_, n_param, block, tails))  # type: ignore[arg-type]
+        out.append(Looped(k, la, body, path, loops_, n_param, block, tails))
     return out
 
 
@@ -281,8 +283,10 @@ def _unrolled_loop_text(m: Module, lp: ast.For, tail: ast.If | None = None) -> s
     at 0; for a full-chunk loop, its tail branch with the full-chunk bound at 0 instead (the masked
     tail then covers the whole row, whether or not the block equals the column count)."""
     if tail is not None:
-        bound = range_call(lp, m.al).args[1]  # type: ignore[union-attr]
-        return _at_zero_text(m, tail.body, bound.id, m.src.indent_of(lp.lineno))  # type: ignore[attr-defined]
+        rc = range_call(lp, m.al)
+        bound = rc.args[1] if rc is not None else None
+        assert isinstance(bound, ast.Name), "a full-chunk loop's bound is a name (_full_chunk_loop)"
+        return _at_zero_text(m, tail.body, bound.id, m.src.indent_of(lp.lineno))
     return _at_zero_text(m, lp.body, lp.target.id, m.src.indent_of(lp.lineno))  # type: ignore[attr-defined]
 
 
@@ -414,7 +418,8 @@ def single_pass_kernel(m: Module, lp: Looped, name: str) -> str:
         s, e = m.src.line_span(*m.src.stmt_lines(loop))
         edits.append(Edit(s - base, e - base, _unrolled_loop_text(m, loop, tail)))
         if tail is not None:
-            edits.append(Edit(*(p - base for p in m.src.line_span(*m.src.stmt_lines(tail))), ""))
+            first, last = m.src.line_span(*m.src.stmt_lines(tail))
+            edits.append(Edit(first - base, last - base, ""))
     text = apply_edits(head, edits)
     index = lp.body.index(first_loop)
     # where the unrolled statements start, in the new function: same list, same index

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 
 from klineage.transforms._module import Module
 from klineage.transforms._source import (
@@ -72,7 +73,7 @@ def assign(stmt: ast.stmt) -> tuple[str, ast.expr] | None:
     return None
 
 
-def uses(nodes: list[ast.AST], names: set[str]) -> bool:
+def uses(nodes: Sequence[ast.AST], names: set[str]) -> bool:
     """True when any of ``nodes`` reads or writes one of ``names``."""
     return any(isinstance(n, ast.Name) and n.id in names for node in nodes for n in ast.walk(node))
 

@@ -17,6 +17,7 @@ from klineage.transforms._triton import (
     kwarg,
     loop_step_names,
     loops,
+    tl_call,
     tl_func,
 )
 from klineage.transforms.operators._common import int_value, reachable
@@ -60,9 +61,9 @@ def static_ok(k: Kernel, m: Module, values: dict[str, int]) -> bool:
     """False when a ``tl.static_assert`` of the kernel, evaluated on ``values``, fails (e.g.
     ``BLOCK_M % BLOCK_N == 0`` for a smaller BLOCK_M); True when it holds or cannot be evaluated."""
     for call in ast.walk(k.node):
-        if tl_func(call, m.al) != "static_assert" or not call.args:  # type: ignore[arg-type]
+        if not tl_call(call, m.al, "static_assert") or not call.args:
             continue
-        expr = ast.Expression(call.args[0])  # type: ignore[attr-defined]
+        expr = ast.Expression(call.args[0])
         if not all(isinstance(n, _STATIC_NODES) for n in ast.walk(expr)):
             continue
         names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}

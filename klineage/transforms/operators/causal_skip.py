@@ -11,7 +11,7 @@ import ast
 
 from klineage.schema import pyast
 from klineage.transforms._module import Module
-from klineage.transforms._source import Edit, apply_edits
+from klineage.transforms._source import Edit, apply_edits, shifted_edit
 from klineage.transforms._triton import range_call
 from klineage.transforms.operator import Anchor, Operator, Rewrite
 from klineage.transforms.operators._causal import (
@@ -107,8 +107,8 @@ class CausalSkip(Operator):
             base = m.src.line_span(m.src.stmt_lines(s2)[0], m.src.stmt_lines(s2)[0])[0]
             end = stmt_span(m, s2, s2)[1]
             inner = [
-                Edit(*(p - base for p in m.src.span(c2.args[lo])), m.src.seg(c1.args[lo])),
-                Edit(*(p - base for p in m.src.span(c2.args[hi])), m.src.seg(n)),
+                shifted_edit(m.src.span(c2.args[lo]), base, m.src.seg(c1.args[lo])),
+                shifted_edit(m.src.span(c2.args[hi]), base, m.src.seg(n)),
             ]
             text = apply_edits(m.src.text[base:end], inner)
             # comment lines right above the first call describe the split: they go with it
@@ -137,7 +137,7 @@ class CausalSkip(Operator):
 
         def with_args(new: dict[int, str]) -> str:
             return apply_edits(m.src.text[start:end], [
-                Edit(*(p - start for p in m.src.span(call.args[x])), text) for x, text in new.items()
+                shifted_edit(m.src.span(call.args[x]), start, text) for x, text in new.items()
             ])
 
         ind = m.src.indent_of(st.lineno)

@@ -6,7 +6,7 @@ import ast
 
 from klineage.transforms._module import Module
 from klineage.transforms._source import Edit
-from klineage.transforms._triton import Kernel, tl_func
+from klineage.transforms._triton import Kernel, tl_call, tl_func
 from klineage.transforms.operator import Anchor, Operator, Rewrite
 from klineage.transforms.operators._common import anchor
 from klineage.transforms.operators._statements import assign
@@ -27,30 +27,30 @@ class ContiguityHints(Operator):
 
     def _hint_calls(self, m: Module) -> list[ast.Call]:
         """Outermost hint calls."""
-        out = []
+        out: list[ast.Call] = []
         for k in m.kernels:
             for n in ast.walk(k.node):
-                if tl_func(n, m.al) in _HINTS and tl_func(m.src.parent(n), m.al) not in _HINTS:
+                if tl_call(n, m.al, *_HINTS) and not tl_call(m.src.parent(n), m.al, *_HINTS):
                     out.append(n)
-        return out  # type: ignore[return-value]
+        return out
 
     def _candidates(self, m: Module) -> list[tuple[Kernel, ast.Assign, str]]:
-        out = []
+        out: list[tuple[Kernel, ast.Assign, str]] = []
         for k in m.kernels:
             for st in ast.walk(k.node):
-                if assign(st) is None:  # type: ignore[arg-type]
+                if not isinstance(st, ast.Assign) or assign(st) is None:
                     continue
-                v = st.value  # type: ignore[attr-defined]
+                v = st.value
                 if not (isinstance(v, ast.BinOp) and isinstance(v.op, ast.Add)):
                     continue
                 for mul, ar in ((v.left, v.right), (v.right, v.left)):
                     if (
-                        tl_func(ar, m.al) == "arange"
+                        tl_call(ar, m.al, "arange")
                         and len(ar.args) == 2
                         and isinstance(mul, ast.BinOp)
                         and isinstance(mul.op, ast.Mult)
-                    ):  # type: ignore[attr-defined]
-                        block = m.src.seg(ar.args[1])  # type: ignore[attr-defined]
+                    ):
+                        block = m.src.seg(ar.args[1])
                         if block in (m.src.seg(mul.left), m.src.seg(mul.right)):
                             out.append((k, st, block))
         return out

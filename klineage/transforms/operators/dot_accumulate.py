@@ -6,7 +6,7 @@ import ast
 
 from klineage.transforms._module import Module
 from klineage.transforms._source import Edit
-from klineage.transforms._triton import kwarg, tl_func
+from klineage.transforms._triton import kwarg, tl_call, tl_func
 from klineage.transforms.operator import Anchor
 from klineage.transforms.operators._common import anchor
 from klineage.transforms.operators._expression import ExpressionRewrite, paren
@@ -28,15 +28,15 @@ class DotAccumulate(ExpressionRewrite):
         present, applicable = [], []
         for k in m.kernels:
             for n in ast.walk(k.node):
-                if tl_func(n, m.al) == "dot" and (len(n.args) >= 3 or kwarg(n, "acc") is not None):  # type: ignore
+                if tl_call(n, m.al, "dot") and (len(n.args) >= 3 or kwarg(n, "acc") is not None):
                     present.append(n)
                 if (
                     isinstance(n, ast.AugAssign)
                     and isinstance(n.op, ast.Add)
-                    and tl_func(n.value, m.al) == "dot"
+                    and tl_call(n.value, m.al, "dot")
                     and len(n.value.args) == 2
                     and not n.value.keywords
-                ):  # type: ignore[attr-defined]
+                ):
                     applicable.append((n, m.src.seg(n.target), n.value, m.src.seg(n.target)))
                 elif (
                     isinstance(n, ast.Assign)

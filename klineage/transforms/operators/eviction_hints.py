@@ -8,7 +8,7 @@ from typing import Any
 
 from klineage.transforms._module import Module
 from klineage.transforms._source import Edit, add_keyword, remove_keyword
-from klineage.transforms._triton import Kernel, kwarg, tl_func
+from klineage.transforms._triton import Kernel, kwarg, tl_call, tl_func
 from klineage.transforms.features import derived_names, pid_derived
 from klineage.transforms.operator import Anchor, Operator, Rewrite
 from klineage.transforms.operators._common import anchor, has_dot
@@ -50,15 +50,15 @@ class EvictionHints(Operator):
 
     def _loads(self, m: Module, k: Kernel) -> list[ast.Call]:
         vec = derived_names(k.node, m.al, "arange")
-        out = []
+        out: list[ast.Call] = []
         for n in ast.walk(k.node):
-            if tl_func(n, m.al) == "load" and n.args:  # type: ignore[attr-defined]
-                ptr = n.args[0]  # type: ignore[attr-defined]
+            if tl_call(n, m.al, "load") and n.args:
+                ptr = n.args[0]
                 if any(isinstance(x, ast.Name) and x.id in vec for x in ast.walk(ptr)) or any(
                     tl_func(x, m.al) == "arange" for x in ast.walk(ptr)
                 ):
                     out.append(n)
-        return sorted(out, key=lambda c: (c.lineno, c.col_offset))  # type: ignore[return-value]
+        return sorted(out, key=lambda c: (c.lineno, c.col_offset))
 
     def _detect(self, m: Module) -> list[Anchor]:
         """Loads with an eviction policy (present); vector loads of non-dot kernels without (applicable)."""
@@ -78,9 +78,9 @@ class EvictionHints(Operator):
         edits, sites = [], []
         for k in m.kernels:
             for c in ast.walk(k.node):
-                if tl_func(c, m.al) in ("load", "store") and (e := remove_keyword(m.src, c, "eviction_policy")):
+                if tl_call(c, m.al, "load", "store") and (e := remove_keyword(m.src, c, "eviction_policy")):
                     edits.append(e)
-                    sites.append({**where(m, k, c), **(kw_record(m.src, c, "eviction_policy") or {})})  # type: ignore
+                    sites.append({**where(m, k, c), **(kw_record(m.src, c, "eviction_policy") or {})})
         return self._edited(m, edits, {"sites": sites}, "simplify")
 
     def _restore_edits(

@@ -6,21 +6,28 @@ import ast
 
 from klineage.transforms._module import Module
 from klineage.transforms._source import Edit
-from klineage.transforms._triton import Kernel, is_tl_attr, kwarg, tl_func
+from klineage.transforms._triton import Kernel, is_tl_attr, kwarg, tl_call, tl_func
 from klineage.transforms.features import accumulators, derived_names
 from klineage.transforms.operator import Anchor
 from klineage.transforms.operators._common import anchor, has_dot
 from klineage.transforms.operators._expression import ExpressionRewrite
 
 
-def _is_upcast(m: Module, n: ast.AST) -> bool:
-    return (
+def _upcast_of(m: Module, n: ast.AST | None) -> ast.expr | None:
+    """``x`` of an upcast ``x.to(tl.float32)``, else None."""
+    if (
         isinstance(n, ast.Call)
         and isinstance(n.func, ast.Attribute)
         and n.func.attr == "to"
         and len(n.args) == 1
         and is_tl_attr(n.args[0], m.al, "float32")
-    )
+    ):
+        return n.func.value
+    return None
+
+
+def _is_upcast(m: Module, n: ast.AST | None) -> bool:
+    return _upcast_of(m, n) is not None
 
 
 class Fp32Accumulate(ExpressionRewrite):
@@ -41,11 +48,11 @@ class Fp32Accumulate(ExpressionRewrite):
             n
             for k in m.kernels
             for n in ast.walk(k.node)
-            if _is_upcast(m, n) and tl_func(n.func.value, m.al) == "load"
-        ]  # type: ignore
+            if isinstance(n, ast.Call) and tl_call(_upcast_of(m, n), m.al, "load")
+        ]
 
     def _fp32_accs(self, m: Module) -> list[tuple[Kernel, ast.Call, ast.expr, str]]:
-        out = []
+        out: list[tuple[Kernel, ast.Call, ast.expr, str]] = []
         for k in m.kernels:
             accs = set(accumulators(k, m.al))
             for st in ast.walk(k.node):
@@ -54,14 +61,14 @@ class Fp32Accumulate(ExpressionRewrite):
                     and len(st.targets) == 1
                     and isinstance(st.targets[0], ast.Name)
                     and st.targets[0].id in accs
-                    and tl_func(st.value, m.al) in ("zeros", "full")
+                    and tl_call(st.value, m.al, "zeros", "full")
                 ):
                     call = st.value
-                    dt = kwarg(call, "dtype")  # type: ignore[arg-type]
-                    if dt is None and tl_func(call, m.al) == "full" and len(call.args) >= 3:  # type: ignore
-                        dt = call.args[2]  # type: ignore[attr-defined]
+                    dt = kwarg(call, "dtype")
+                    if dt is None and tl_call(call, m.al, "full") and len(call.args) >= 3:
+                        dt = call.args[2]
                     if dt is not None and is_tl_attr(dt, m.al, "float32"):
-                        out.append((k, call, dt, st.targets[0].id))  # type: ignore[arg-type]
+                        out.append((k, call, dt, st.targets[0].id))
         return out
 
     def _vector_loads(self, m: Module) -> list[ast.Call]:
@@ -72,16 +79,16 @@ class Fp32Accumulate(ExpressionRewrite):
             vec = derived_names(k.node, m.al, "arange")
             for n in ast.walk(k.node):
                 if (
-                    tl_func(n, m.al) == "load"
+                    tl_call(n, m.al, "load")
                     and n.args
                     and not _is_upcast(m, m.src.parent(n))
                     and any(isinstance(x, ast.Name) and x.id in vec for x in ast.walk(n.args[0]))
-                ):  # type: ignore
+                ):
                     parent = m.src.parent(n)
                     if isinstance(parent, ast.Attribute) and parent.attr == "to":
                         continue
                     out.append(n)
-        return out  # type: ignore[return-value]
+        return out
 
     def _detect(self, m: Module) -> list[Anchor]:
         """fp32 upcasts / dot accumulators (present); vector loads of row kernels (applicable)."""

@@ -55,9 +55,9 @@ class GroupedOrder(Operator):
             mods: dict[tuple[str, str], ast.Assign] = {}
             pids: dict[int, ast.Assign] = {}
             for st in body:
-                if assign(st) is None:  # type: ignore[arg-type]
+                if assign(st) is None or not isinstance(st, ast.Assign):
                     continue
-                v = st.value  # type: ignore[attr-defined]
+                v = st.value
                 if (
                     isinstance(v, ast.BinOp)
                     and isinstance(v.left, ast.Name)

@@ -6,7 +6,7 @@ import ast
 
 from klineage.transforms._module import Module
 from klineage.transforms._source import Edit
-from klineage.transforms._triton import Kernel, is_tl_attr, tl_func
+from klineage.transforms._triton import Kernel, is_tl_attr, tl_call
 from klineage.transforms.features import pid_derived
 from klineage.transforms.operator import Anchor, Operator, Rewrite
 from klineage.transforms.operators._common import anchor
@@ -35,8 +35,8 @@ class Int64Offsets(Operator):
                     and is_tl_attr(n.args[0], m.al, "int64")
                 ):
                     out.append((n, n.func.value))
-                elif tl_func(n, m.al) == "cast" and len(n.args) >= 2 and is_tl_attr(n.args[1], m.al, "int64"):  # type: ignore
-                    out.append((n, n.args[0]))  # type: ignore[attr-defined]
+                elif tl_call(n, m.al, "cast") and len(n.args) >= 2 and is_tl_attr(n.args[1], m.al, "int64"):
+                    out.append((n, n.args[0]))
         return out
 
     def _candidates(self, m: Module) -> list[tuple[Kernel, ast.expr]]:

@@ -22,7 +22,7 @@ from klineage.transforms._triton import (
     launch_args,
     loops,
     single_value,
-    tl_func,
+    tl_call,
     unique_name,
 )
 from klineage.transforms.operator import Anchor, Operator, Rewrite
@@ -85,7 +85,7 @@ class MaskElision(Operator):
         return out
 
     def _candidates(self, m: Module, k: Kernel) -> list[tuple[ast.stmt, ast.Call, list[tuple[str, str]]]]:
-        out = []
+        out: list[tuple[ast.stmt, ast.Call, list[tuple[str, str]]]] = []
         runtime = {p.name for p in k.params if not p.constexpr}
         assigns = {
             st.targets[0].id: st.value
@@ -96,8 +96,8 @@ class MaskElision(Operator):
         def blocks(expr: ast.AST, depth: int = 0) -> set[str]:
             found: set[str] = set()
             for n in ast.walk(expr):
-                if tl_func(n, m.al) == "arange" and len(n.args) == 2 and isinstance(n.args[1], ast.Name):  # type: ignore
-                    found.add(n.args[1].id)  # type: ignore[attr-defined]
+                if tl_call(n, m.al, "arange") and len(n.args) == 2 and isinstance(n.args[1], ast.Name):
+                    found.add(n.args[1].id)
                 elif isinstance(n, ast.Name) and n.id in assigns and depth < 6:
                     found |= blocks(assigns[n.id], depth + 1)
             return found
@@ -106,12 +106,12 @@ class MaskElision(Operator):
             for st in lp.body:
                 if not isinstance(st, ast.Assign):
                     continue
-                calls = [c for c in ast.walk(st.value) if tl_func(c, m.al) == "load"]
+                calls = [c for c in ast.walk(st.value) if tl_call(c, m.al, "load")]
                 if len(calls) != 1:
                     continue
                 call = calls[0]
-                mask = kwarg(call, "mask")  # type: ignore[arg-type]
-                if mask is None or len(call.args) > 1:  # type: ignore[attr-defined]
+                mask = kwarg(call, "mask")
+                if mask is None or len(call.args) > 1:
                     continue
                 pairs: list[tuple[str, str]] = []
                 ok = True
@@ -136,7 +136,7 @@ class MaskElision(Operator):
                         break
                     pairs.append((sizes[0], bs.pop()))
                 if ok and pairs:
-                    out.append((st, call, sorted(set(pairs))))  # type: ignore[arg-type]
+                    out.append((st, call, sorted(set(pairs))))
         return out
 
     def _detect(self, m: Module) -> list[Anchor]:
@@ -165,7 +165,7 @@ class MaskElision(Operator):
                 for n, neg in self._ifs(m, k, f):
                     edits.append(replace_stmt_with(m, n, n.body if neg else n.orelse))
             for la in m.launches_of(k):  # one removal per call: neighbouring keywords share a comma
-                passed = {kw.arg for kw in la.call.keywords} & set(flags)
+                passed = {kw.arg for kw in la.call.keywords if kw.arg is not None} & set(flags)
                 if passed:
                     edits += remove_keywords(m.src, la.call, passed)
             names = [p.name for p in k.params]
@@ -215,8 +215,8 @@ class MaskElision(Operator):
                     )
                 )
             entries = []
-            for pairs, flag in conds.items():
-                test = " and ".join(f'args["{s}"] % args["{b}"] == 0' for s, b in pairs)
+            for key, flag in conds.items():
+                test = " and ".join(f'args["{s}"] % args["{b}"] == 0' for s, b in key)
                 entries.append(f'"{flag}": lambda args: {test}')
             indent = m.src.indent_of(k.node.lineno)
             if k.heuristics is not None and k.heuristics.args and isinstance(k.heuristics.args[0], ast.Dict):

@@ -16,7 +16,7 @@ from klineage.transforms._triton import (
     arange_blocks,
     launch_args,
     single_value,
-    tl_func,
+    tl_call,
 )
 from klineage.transforms.operator import Anchor, Operator, Param, Rewrite
 from klineage.transforms.operators._common import anchor, has_dot
@@ -52,10 +52,10 @@ class MultiRow(Operator):
                 n
                 for n, v in assigns.items()
                 if any(
-                    tl_func(c, m.al) == "arange"
-                    and len(c.args) == 2  # type: ignore
+                    tl_call(c, m.al, "arange")
+                    and len(c.args) == 2
                     and isinstance(c.args[1], ast.Name)
-                    and c.args[1].id == p  # type: ignore
+                    and c.args[1].id == p
                     for c in ast.walk(v)
                 )
             }

@@ -119,8 +119,8 @@ class NumWarps(Operator):
         for p in tiles:
             if p in args:
                 v = int_const(args[p])
-                if v is None and isinstance(args[p], ast.Name):
-                    v = int_const(single_value(la.func, args[p].id))
+                if v is None and isinstance(arg := args[p], ast.Name):
+                    v = int_const(single_value(la.func, arg.id))
                 if v is not None:
                     lits *= v
                 else:

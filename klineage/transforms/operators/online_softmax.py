@@ -13,7 +13,7 @@ from typing import Any
 
 from klineage.transforms._module import Module
 from klineage.transforms._source import Edit, apply_edits
-from klineage.transforms._triton import Kernel, dotted, tl_func, unique_name
+from klineage.transforms._triton import Kernel, dotted, tl_call, tl_func, unique_name
 from klineage.transforms.operator import Anchor, Operator, Param, Rewrite
 from klineage.transforms.operators._common import anchor
 from klineage.transforms.operators._statements import assign, bodies, name_of, stmt_span, uses
@@ -131,7 +131,7 @@ def _two_pass_parts(m: Module, body: list[ast.stmt]) -> tuple[int, str, ast.expr
     return None
 
 
-def _sum_update(m: Module, body: list[ast.stmt], run: str) -> tuple[int, str, ast.expr] | None:
+def _sum_update(m: Module, body: list[ast.stmt], run: str) -> tuple[int, str, ast.Call] | None:
     """``s = s + tl.sum(E(x - m))`` / ``s += ...`` in a pass-2 body: (index, s, the sum)."""
     for i, st in enumerate(body):
         if isinstance(st, ast.AugAssign) and isinstance(st.op, ast.Add) and isinstance(st.target, ast.Name):
@@ -142,13 +142,13 @@ def _sum_update(m: Module, body: list[ast.stmt], run: str) -> tuple[int, str, as
                 isinstance(a[1], ast.BinOp) and isinstance(a[1].op, ast.Add) and name_of(a[1].left) == a[0]
             ):
                 continue
-            s, t = a[0], a[1].right  # type: ignore[attr-defined]
-        if tl_func(t, m.al) != "sum" or not t.args or uses([t], {s}):  # type: ignore[attr-defined]
+            s, t = a[0], a[1].right
+        if not tl_call(t, m.al, "sum") or not t.args or uses([t], {s}):
             continue
-        e = t.args[0]  # type: ignore[attr-defined]
-        if not _is_exp(m, e):
+        e = t.args[0]
+        if not isinstance(e, ast.Call) or not _is_exp(m, e):
             continue
-        arg = _unscaled(e.args[0])  # type: ignore[attr-defined]
+        arg = _unscaled(e.args[0])
         if (
             isinstance(arg, ast.BinOp)
             and isinstance(arg.op, ast.Sub)
@@ -180,7 +180,7 @@ class ChunkPair:
     reduced: ast.expr
     second: ast.stmt
     sum_index: int
-    term: ast.expr
+    term: ast.Call
 
 
 @dataclass(frozen=True)
@@ -245,7 +245,7 @@ class OnlineSoftmax(Operator):
             head = [st.iter, st.target] if isinstance(st, ast.For) else [st.test]  # type: ignore[attr-defined]
             names = {u.m, u.s, u.new, u.sub}
             others = st.body[: u.start] + st.body[u.end :]  # type: ignore[attr-defined]
-            if uses(head + others, names):  # type: ignore[arg-type]
+            if uses(head + others, names):
                 return False
         return True
 
@@ -382,9 +382,10 @@ class OnlineSoftmax(Operator):
             red, t = part.reduced, part.term
             mx = part.first.body[part.max_index]  # type: ignore[attr-defined]
             ind = m.src.indent_of(mx.lineno)
-            e = t.args[0]
-            exp_fn = m.src.seg(e.func)
-            factor = _split_scale(e.args[0])[1]
+            exp_call = t.args[0]
+            assert isinstance(exp_call, ast.Call), "the sum's argument is an exp call (_sum_update)"
+            exp_fn = m.src.seg(exp_call.func)
+            factor = _split_scale(exp_call.args[0])[1]
             rescale = f"({run} - {safe}) * {m.src.seg(factor)}" if factor is not None else f"{run} - {safe}"
             s_name = _sum_update(m, part.second.body, run)[1]  # type: ignore[attr-defined,index]
             text = (

@@ -93,6 +93,7 @@ class RegisterCap(Operator):
         for k in m.launched:
             if not reaches_dot(k, m):
                 continue
+            targets: list[tuple[ast.Call, ast.FunctionDef | None]]
             if k.autotune is not None:
                 targets = [(c, None) for c in autotune_configs(k.autotune, m.al, m.src.tree)]
             else:
@@ -108,7 +109,8 @@ class RegisterCap(Operator):
         """maxnreg set in a config or launch (present); dot kernels apply would cap (applicable)."""
         sites = self._sites(m)
         if sites:
-            return [anchor("present", c, f"maxnreg={m.src.seg(kwarg(c, 'maxnreg'))}") for c in sites]
+            return [anchor("present", c, f"maxnreg={m.src.seg(cap)}") for c in sites
+                    if (cap := kwarg(c, "maxnreg")) is not None]  # every site sets it (_sites)
         return [
             anchor("applicable", a.call, f"{a.kernel.name}: maxnreg={a.cap} fits one more program per SM", a.kernel)
             for a in self._additions(m, None)

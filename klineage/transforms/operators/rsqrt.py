@@ -6,7 +6,7 @@ import ast
 
 from klineage.transforms._module import Module
 from klineage.transforms._source import Edit
-from klineage.transforms._triton import tl_func
+from klineage.transforms._triton import tl_call, tl_func
 from klineage.transforms.operator import Anchor
 from klineage.transforms.operators._common import anchor
 from klineage.transforms.operators._expression import ExpressionRewrite
@@ -39,9 +39,9 @@ class Rsqrt(ExpressionRewrite):
         return (
             isinstance(n, ast.BinOp)
             and isinstance(n.op, ast.Div)
-            and tl_func(n.right, m.al) == "sqrt"
+            and tl_call(n.right, m.al, "sqrt")
             and len(n.right.args) == 1
-        )  # type: ignore[attr-defined]
+        )
 
     def _simplify_edits(self, m: Module) -> list[Edit]:
         edits = []

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from klineage.transforms._module import Module
-from klineage.transforms._source import Edit, Src, apply_edits, reindent
+from klineage.transforms._source import Edit, Src, apply_edits, reindent, shifted_edit
 from klineage.transforms._triton import launch_args, unique_name
 from klineage.transforms.operator import Anchor, Operator, Param, Rewrite
 from klineage.transforms.operators._single_pass import Dispatch, dispatches, looped_kernels, single_pass_kernel
@@ -196,7 +196,7 @@ class SinglePassRow(Operator):
         bs, be = m.src.span(args[lp.block])
         single = apply_edits(launch_text, [
             Edit(bs - s_start, be - s_start, blk),
-            Edit(*(p - s_start for p in m.src.span(la.call.func.value)), kname),  # type: ignore[attr-defined]
+            shifted_edit(m.src.span(la.call.func.value), s_start, kname),  # type: ignore[attr-defined]
         ])
         launch_text = m.src.text[c_start:s_end]
         s_start = c_start

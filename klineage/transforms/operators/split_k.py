@@ -339,10 +339,15 @@ class SplitK(Operator):
             body = kernel_body(k)
             i = f.body_index
             edits.append(Edit(*m.src.line_span(body[i].lineno, body[i + 1].end_lineno or body[i + 1].lineno), ""))
-            rc = range_call(f.loop, m.al)
-            step, _stop = self._split_range(rc, body[i].targets[0].id, f.split)  # type: ignore[arg-type]
-            edits.append(Edit(*m.src.span(rc.args[0]), "0"))  # type: ignore[union-attr]
-            edits.append(Edit(*m.src.span(rc.args[2]), m.src.seg(step)))  # type: ignore[union-attr]
+            rc, counter = range_call(f.loop, m.al), body[i]
+            # what _split_form recognised: a range loop, the split counter assigned before it, a grid tuple
+            assert rc is not None and isinstance(counter, ast.Assign) and isinstance(counter.targets[0], ast.Name)
+            assert isinstance(f.grid, (ast.Tuple, ast.List))
+            split_range = self._split_range(rc, counter.targets[0].id, f.split)
+            assert split_range is not None, "_split_form checked the split range"
+            step = split_range[0]
+            edits.append(Edit(*m.src.span(rc.args[0]), "0"))
+            edits.append(Edit(*m.src.span(rc.args[2]), m.src.seg(step)))
             spans = param_spans(m.src, k.node)
             edits.append(Edit(spans[-3][1], spans[-1][1], ""))
             elts = f.grid.elts
@@ -356,6 +361,7 @@ class SplitK(Operator):
             ws_st = f.ws_assign
             edits.append(Edit(*m.src.line_span(ws_st.lineno, ws_st.end_lineno or ws_st.lineno), ""))
             rs = red_la.stmt
+            assert rs is not None, "the reduction is launched by a statement of host code"
             edits.append(Edit(*m.src.line_span(rs.lineno, rs.end_lineno or rs.lineno), ""))
             r = f.reduce
             first, last = m.src.stmt_lines(r.node)
