@@ -275,3 +275,15 @@ def test_the_static_gate_passes_the_rewrite_and_still_refuses_hostile_uses() -> 
         assert old in rw.source, what
         report = check_source(rw.source.replace(old, new))
         assert not report.ok, what
+
+
+def test_tile_size_and_autotune_still_apply_after_it() -> None:
+    """The descriptor's shape / block_shape pair each tile with the extent it partitions (the masks that
+    said so are gone), so tile-size and autotune keep their grids right on the rewritten kernel."""
+    case = _case("bmm", HELDOUT["bmm"])
+    rw = OP.apply(case.source)
+    assert rw is not None
+    for op_id in ("tile-size", "autotune"):
+        after = get_operator(op_id).apply(rw.source)
+        assert after is not None, op_id
+        assert check(case, after.source) <= 1.0, after.diff
