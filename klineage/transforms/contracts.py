@@ -34,6 +34,7 @@ MEANING = {
     "eviction_hints": "eviction policies on loads", "int64_offsets": "64-bit offsets", "uses_exp2": "tl.exp2",
     "uses_rsqrt": "tl.rsqrt", "fp32_accumulate": "fp32 accumulation", "dot_accumulate": "tl.dot(..., acc)",
     "causal_skip": "a causal bound on the key loop", "single_pass_row": "a single pass over each row",
+    "uses_tma": "tensor descriptors or block pointers (TMA)",
     **FLAGS,
 }
 
@@ -83,6 +84,12 @@ CONTRACTS: dict[str, Contract] = {
     # provides no flag: ``single_pass_row`` is false on a kernel that is also multi-row, as the softmax and
     # layernorm experts are
     "single-pass-row": Contract(requires=("row_reduction",), conflicts=("multi_row",)),
+    # descriptors also need, at run time, a contiguous last dimension and 16-byte aligned base pointers and
+    # row strides: no static flag can say so, so the launch apply writes checks them and raises otherwise
+    # (the validator's correctness gate sees which shapes fail); a kernel already on descriptors or block
+    # pointers is left alone
+    "tensor-descriptors": Contract(requires=("has_dot", "has_k_loop"), provides=("uses_tma",),
+                                   conflicts=("uses_tma",)),
 }
 
 

@@ -85,6 +85,8 @@ APPLY_NAIVE: dict[str, tuple[str, ...]] = {
         "naive_logsumexp",
         "naive_cross_entropy",
     ),
+    # not naive_matmul_epilogue: its output row (21 fp32) is not 16-byte aligned, the guard refuses it
+    "tensor-descriptors": ("naive_gemm", "naive_linear"),
 }
 
 # Where the optimization is present in an expert and `simplify` must remove it; the bool says whether
@@ -143,6 +145,7 @@ FEATURE_OF = {
     "register-cap": "register_cap",
     "epilogue-fusion": "epilogue_fusion",
     "split-k": "split_k",
+    "tensor-descriptors": "uses_tma",
 }
 
 

@@ -22,6 +22,7 @@ from klineage.transforms.operators.row_persistent import RowPersistent
 from klineage.transforms.operators.rsqrt import Rsqrt
 from klineage.transforms.operators.single_pass_row import SinglePassRow
 from klineage.transforms.operators.split_k import SplitK
+from klineage.transforms.operators.tensor_descriptors import TensorDescriptors
 from klineage.transforms.operators.tile_size import TileSize
 
 OPERATORS = (
@@ -47,6 +48,7 @@ OPERATORS = (
     OnlineSoftmax(),
     CausalSkip(),
     SinglePassRow(),
+    TensorDescriptors(),
 )
 
 __all__ = ["OPERATORS"]

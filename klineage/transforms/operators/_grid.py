@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from klineage.transforms._module import Module
 from klineage.transforms._source import int_const
-from klineage.transforms._triton import Kernel, Launch, launch_args, single_value, tl_func, triton_func
+from klineage.transforms._triton import Kernel, Launch, kwarg, launch_args, single_value, tl_func, triton_func
 from klineage.transforms.features import pid_derived
 from klineage.transforms.operators._common import grid_tuple, param_default
 from klineage.transforms.operators._roles import partitioned_params
@@ -193,6 +193,14 @@ def tile_evidence(m: Module, k: Kernel) -> set[tuple[str, str]]:
             a, b = n.args  # type: ignore[attr-defined]
             if isinstance(a, ast.Name) and a.id in runtime and isinstance(b, ast.Name) and b.id in parts:
                 out.add((b.id, a.id))
+        elif tl_func(n, m.al) == "make_tensor_descriptor":
+            # a tensor descriptor bounds its blocks by its shape, as a mask would: shape=[M, ...] with
+            # block_shape=[BLOCK_M, ...]
+            shape, block = kwarg(n, "shape"), kwarg(n, "block_shape")  # type: ignore[arg-type]
+            if isinstance(shape, (ast.List, ast.Tuple)) and isinstance(block, (ast.List, ast.Tuple)):
+                for d, b in zip(shape.elts, block.elts, strict=False):
+                    if isinstance(d, ast.Name) and d.id in runtime and isinstance(b, ast.Name) and b.id in parts:
+                        out.add((b.id, d.id))
     return out
 
 

@@ -1,0 +1,289 @@
+"""tensor-descriptors: a matmul's tile loads and output store through device-side tensor descriptors
+(TMA), correct under the interpreter on held-out matmuls of shapes larger than a tile and not divisible
+by it; round trips both ways; every refusal says why; the launch refuses what TMA cannot describe."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from klineage.transforms.contracts import contract_of, unmet
+from klineage.transforms.facts import operator_anchors
+from klineage.transforms.features import kernel_features
+from klineage.transforms.operators.tensor_descriptors import GUARD_MESSAGE, UNIT_MESSAGE
+from klineage.transforms.registry import get_operator
+from klineage.validator.static import check_source
+from tests.transforms.harness import Case, check, load, naive_cases
+
+ROOT = Path(__file__).resolve().parents[2]
+OP = get_operator("tensor-descriptors")
+
+# held-out matmuls and a shape each: larger than the 32-wide tiles, divisible by none of them, every row
+# 16-byte aligned in fp32 (what TMA needs; the guard refuses the others, see below)
+HELDOUT = {
+    "bmm": {"B": 2, "M": 45, "N": 52, "K": 76},
+    "matmul_nt": {"M": 45, "N": 52, "K": 76},
+    "matmul_tn": {"M": 44, "N": 52, "K": 75},
+    "linear_gelu": {"M": 45, "N": 52, "K": 76},
+    "linear_bias_relu": {"M": 33, "N": 36, "K": 68},
+    "matmul_residual": {"M": 45, "N": 52, "K": 76},
+    "small_k_gemm": {"M": 45, "N": 52, "K": 96},
+    "tall_skinny_gemm": {"M": 100, "N": 24, "K": 48},
+}
+
+
+def _reference(name: str) -> Any:
+    path = ROOT / "heldout" / name / "reference.py"
+    spec = importlib.util.spec_from_file_location(f"klineage_tma_ref_{name}", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _case(name: str, shape: dict[str, int], dtype: str = "fp32") -> Case:
+    ref = _reference(name)
+    tol = 1e-3 if dtype == "fp32" else 1e-2
+    return Case(f"{name}-{dtype}", (ROOT / "heldout" / name / "naive.py").read_text(),
+                lambda: [tuple(ref.make_inputs(shape, dtype, 0))], ref.reference, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("name", sorted(HELDOUT))
+def test_applied_heldout_matmuls_are_correct_and_round_trip(name: str) -> None:
+    case = _case(name, HELDOUT[name])
+    rw = OP.apply(case.source)
+    assert rw is not None, OP.refusals(case.source)
+    assert OP.present(rw.source) and not OP.applicable(rw.source) and OP.apply(rw.source) is None
+    assert "make_tensor_descriptor" in rw.source and "triton.set_allocator(" in rw.source
+    # the loop's tiles and the output tile go through descriptors: no masked tile access is left there
+    kernel = rw.source.split("\ndef run(")[0]
+    assert kernel.count(".load([") == 2 and ".store([" in kernel
+    assert check_source(rw.source).ok, check_source(rw.source).reason
+    assert check(case, rw.source) <= 1.0, rw.diff
+    back = OP.simplify(rw.source)
+    assert back is not None and not OP.present(back.source) and OP.applicable(back.source)
+    assert "set_allocator" not in back.source and GUARD_MESSAGE not in back.source
+    assert check(case, back.source) <= 1.0, back.diff
+    assert OP.apply(back.source, **back.params).source == rw.source  # type: ignore[union-attr]
+    again = OP.apply(back.source)
+    assert again is not None and again.source == rw.source, again.diff if again else None
+
+
+def test_transposed_operands_read_the_transposed_descriptor() -> None:
+    """matmul_nt's B tile (K x N) is contiguous along its first axis: the descriptor describes B as
+    stored, (N, K), and its tile is read back transposed; matmul_tn's A likewise."""
+    nt = OP.apply((ROOT / "heldout" / "matmul_nt" / "naive.py").read_text())
+    tn = OP.apply((ROOT / "heldout" / "matmul_tn" / "naive.py").read_text())
+    assert nt is not None and tn is not None
+    assert "shape=[N, K], strides=[K, 1], block_shape=[BLOCK_N, BLOCK_K]" in nt.source
+    assert "b = b_desc.load([pid_n * BLOCK_N, k0]).T" in nt.source
+    assert "shape=[K, M], strides=[M, 1], block_shape=[BLOCK_K, BLOCK_M]" in tn.source
+    assert "a = a_desc.load([k0, pid_m * BLOCK_M]).T" in tn.source
+
+
+@pytest.mark.parametrize("name", ["bmm", "matmul_nt"])
+def test_half_precision(name: str) -> None:
+    shape = {k: (v + 7) // 8 * 8 if k != "B" else v for k, v in HELDOUT[name].items()}  # 16-byte rows in fp16
+    case = _case(name, shape, "fp16")
+    rw = OP.apply(case.source)
+    assert rw is not None and check(case, rw.source) <= 1.0
+
+
+def test_the_launch_refuses_what_tma_cannot_describe() -> None:
+    """A row of 33 fp32 (132 bytes) is not 16-byte aligned: the launch raises rather than let the TMA
+    unit read a wrong layout; the pointer kernel the operator started from takes any layout."""
+    case = _case("matmul_nt", {"M": 40, "N": 40, "K": 33})
+    rw = OP.apply(case.source)
+    assert rw is not None
+    (args,) = case.inputs()
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        load(rw.source).run(*args)
+    assert check(case) <= 1.0
+
+
+GEMM = naive_cases()["naive_gemm"]
+
+
+def test_stride_arguments_are_checked_at_the_launch() -> None:
+    """naive_gemm takes its strides as arguments: the descriptors assume the inner ones are 1, and the
+    launch checks it (a guard that stays after simplify: the simplified kernel assumes it too)."""
+    rw = OP.apply(GEMM.source)
+    assert rw is not None
+    assert "strides=[stride_am, 1]" in rw.source and "strides=[stride_bk, 1]" in rw.source
+    assert "if a.stride(1) != 1 or b.stride(1) != 1 or c.stride(1) != 1:" in rw.source
+    g = torch.Generator().manual_seed(5)
+    grown = Case("gemm-grown", GEMM.source,
+                 lambda: [(torch.randn(37, 52, generator=g), torch.randn(52, 44, generator=g))],
+                 GEMM.reference, rtol=1e-3, atol=1e-3)
+    assert check(grown, rw.source) <= 1.0
+    a, b = torch.randn(52, 37).t(), torch.randn(52, 44)  # a column-major A
+    with pytest.raises(ValueError, match="contiguous last dimension"):
+        load(rw.source).run(a, b)
+    assert torch.allclose(load(GEMM.source).run(a, b), a @ b, atol=1e-4)
+    back = OP.simplify(rw.source)
+    assert back is not None and UNIT_MESSAGE in back.source and GUARD_MESSAGE not in back.source
+    with pytest.raises(ValueError, match="contiguous last dimension"):
+        load(back.source).run(a, b)
+    again = OP.apply(back.source)
+    assert again is not None and again.source == rw.source
+
+
+# A kernel written with descriptors (what a TMA expert looks like), to walk back and forth.
+DESCRIPTOR_KERNEL = '''"""C = A @ B through tensor descriptors."""
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def tma_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = a_desc.load([pid_m * BLOCK_M, k])
+        b = b_desc.load([k, pid_n * BLOCK_N])
+        acc = tl.dot(a, b, acc)
+    c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
+
+
+def run(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+
+    def alloc(size, alignment, stream):
+        return torch.empty(size, device=a.device, dtype=torch.int8)
+
+    triton.set_allocator(alloc)
+    grid = (triton.cdiv(M, 32), triton.cdiv(N, 32))
+    tma_matmul_kernel[grid](a, b, c, M, N, K, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+    return c
+'''
+
+
+def _descriptor_case() -> Case:
+    g = torch.Generator().manual_seed(7)
+    return Case("tma-matmul", DESCRIPTOR_KERNEL,
+                lambda: [(torch.randn(45, 76, generator=g), torch.randn(76, 52, generator=g))],
+                lambda a, b: a @ b, rtol=1e-3, atol=1e-3)
+
+
+def test_simplify_then_apply_on_a_descriptor_kernel() -> None:
+    case = _descriptor_case()
+    assert check(case) <= 1.0
+    assert OP.present(case.source) and not OP.applicable(case.source)
+    assert kernel_features(case.source)["uses_tma"]
+    back = OP.simplify(case.source)
+    assert back is not None and back.direction == "simplify"
+    assert "make_tensor_descriptor" not in back.source and "set_allocator" not in back.source
+    assert back.source.count("mask=") == 3 and not kernel_features(back.source)["uses_tma"]
+    assert check(case, back.source) <= 1.0, back.diff
+    assert OP.applicable(back.source) and not OP.present(back.source)
+    exact = OP.apply(back.source, **back.params)
+    assert exact is not None and exact.source == case.source
+    generic = OP.apply(back.source)
+    assert generic is not None and OP.present(generic.source)
+    assert check(case, generic.source) <= 1.0, generic.diff
+    assert check_source(generic.source).ok
+
+
+def test_simplify_leaves_descriptor_uses_it_does_not_recognise() -> None:
+    # a descriptor handed to a helper (the attention expert) or made twice (the gemm expert's c_desc)
+    for w in ("attention", "gemm"):
+        src = (ROOT / "workloads" / w / "expert.py").read_text()
+        assert OP.present(src) and OP.simplify(src) is None and OP.apply(src) is None
+    padded = DESCRIPTOR_KERNEL.replace("block_shape=[BLOCK_M, BLOCK_K])", 'block_shape=[BLOCK_M, BLOCK_K], '
+                                       'padding_option="nan")')
+    assert padded != DESCRIPTOR_KERNEL and OP.simplify(padded) is None
+
+
+MATMUL_NT = (ROOT / "heldout" / "matmul_nt" / "naive.py").read_text()
+BMM = (ROOT / "heldout" / "bmm" / "naive.py").read_text()
+
+# (source, old, new, the reason apply gives)
+REFUSE = {
+    "non-unit inner stride": (MATMUL_NT, "rm[:, None] * K + (k0 + rk)[None, :],",
+                              "rm[:, None] * K + (k0 + rk)[None, :] * 2,", "no unit inner stride"),
+    "3-D tile": (BMM, "a = tl.load(a_base + rm[:, None] * K + (k0 + rk)[None, :],",
+                 "a = tl.load(a_base + rm[:, None, None] * K + (k0 + rk)[None, :, None],", "3-D"),
+    "already present": (OP.apply(MATMUL_NT).source, "", "", "already uses tensor descriptors"),  # type: ignore[union-attr]
+    "pointer increments": ((ROOT / "workloads" / "gemm" / "expert.py").read_text(), "", "",
+                           "advanced by increments"),
+    "padding other than zero": (MATMUL_NT, "mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)",
+                                "mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=1.0)", "pads with 1.0"),
+    "unmasked axis": (MATMUL_NT, "mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)",
+                      "mask=(k0 + rk)[None, :] < K, other=0.0)", "does not bound both tile axes"),
+    "mask of another index": (MATMUL_NT, "mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)",
+                              "mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)", "bounds another index"),
+    "eviction hint": (MATMUL_NT, "(k0 + rk)[None, :] < K), other=0.0)",
+                      '(k0 + rk)[None, :] < K), other=0.0, eviction_policy="evict_last")', "eviction_policy"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSE))
+def test_refusals_say_why(case: str) -> None:
+    source, old, new, why = REFUSE[case]
+    assert old in source
+    source = source.replace(old, new)
+    assert OP.apply(source) is None and not OP.applicable(source)
+    reasons = OP.refusals(source)
+    assert any(why in r for r in reasons.values()), reasons
+
+
+def test_contract_feature_and_anchor() -> None:
+    contract = contract_of("tensor-descriptors")
+    before = kernel_features(MATMUL_NT)
+    assert unmet(contract, before) == [] and not before["uses_tma"]
+    rw = OP.apply(MATMUL_NT)
+    assert rw is not None
+    after = kernel_features(rw.source)
+    assert after["uses_tma"] and after["has_k_loop"]
+    assert "conflicts with uses_tma" in unmet(contract, after)[0]
+    assert operator_anchors(MATMUL_NT)["tensor-descriptors"]["state"] == "applicable"
+    assert operator_anchors(rw.source)["tensor-descriptors"]["state"] == "present"
+
+
+def test_the_static_gate_passes_the_rewrite_and_still_refuses_hostile_uses() -> None:
+    """The rewrite needs only names the policy already allows (tl.make_tensor_descriptor, the
+    descriptor's .load / .store, triton.set_allocator, torch.empty, .data_ptr / .element_size): no
+    whitelist change. The same places used for something else are still refused."""
+    rw = OP.apply(MATMUL_NT)
+    assert rw is not None and check_source(rw.source).ok
+    hostile = {
+        "a private allocator": ("triton.set_allocator(tma_scratch)",
+                                "triton.runtime._allocation._allocator.set(tma_scratch)"),
+        "host-side descriptors": ("triton.set_allocator(tma_scratch)",
+                                  "triton.tools.tensor_descriptor.TensorDescriptor(a, [1], [1], [1])"),
+        "storage in the allocator": ("return torch.empty(size, device=a.device, dtype=torch.int8)",
+                                     "return a.untyped_storage()"),
+        "a dunder on a descriptor": ("a = a_desc.load([pid_m * BLOCK_M, k0])",
+                                     "a = a_desc.__class__"),
+        "an attribute descriptors do not whitelist": ("a = a_desc.load([pid_m * BLOCK_M, k0])",
+                                         "a = a_desc.base"),
+    }
+    for what, (old, new) in hostile.items():
+        assert old in rw.source, what
+        report = check_source(rw.source.replace(old, new))
+        assert not report.ok, what
+
+
+def test_tile_size_and_autotune_still_apply_after_it() -> None:
+    """The descriptor's shape / block_shape pair each tile with the extent it partitions (the masks that
+    said so are gone), so tile-size and autotune keep their grids right on the rewritten kernel."""
+    case = _case("bmm", HELDOUT["bmm"])
+    rw = OP.apply(case.source)
+    assert rw is not None
+    for op_id in ("tile-size", "autotune"):
+        after = get_operator(op_id).apply(rw.source)
+        assert after is not None, op_id
+        assert check(case, after.source) <= 1.0, after.diff
