@@ -96,10 +96,10 @@ class TensorDescriptors(Operator):
             return Refusal("it already uses tensor descriptors or block pointers")
         loops = dot_loops(k, m.al)
         inner = [lp for lp in loops if not any(o is not lp and o in list(ast.walk(lp)) for o in loops)]
-        if len(inner) != 1 or not isinstance(inner[0], ast.For) or not isinstance(inner[0].target, ast.Name):
+        loop = inner[0] if len(inner) == 1 else None
+        if not isinstance(loop, ast.For) or not isinstance(loop.target, ast.Name):
             return Refusal("no single for-loop over K with loads and tl.dot")
-        loop = inner[0]
-        r = Reader(m, k, {loop.target.id})  # type: ignore[union-attr]
+        r = Reader(m, k, {loop.target.id})
         loads = [n for n in ast.walk(loop) if tl_func(n, m.al) == "load"]
         if not loads:
             return Refusal("the K loop loads nothing through pointers")
@@ -245,7 +245,7 @@ class TensorDescriptors(Operator):
             spans = sorted(((n.col_offset, n.end_col_offset, n.id) for n in ast.walk(node)
                             if isinstance(n, ast.Name)), reverse=True)
             for start, end, name in spans:
-                text = text[:start] + paren(p.host[name], factor=True) + text[end:]  # type: ignore[index]
+                text = text[:start] + paren(p.host[name], factor=True) + text[end:]
             return text
 
         checks: list[str] = []
@@ -315,7 +315,10 @@ class TensorDescriptors(Operator):
             d = self._desc_of(m, r, st)
             if d is None:
                 return None
-            name = st.targets[0].id  # type: ignore[attr-defined]
+            target = st.targets[0]
+            if not isinstance(target, ast.Name):
+                return None
+            name = target.id
             uses = [n for n in ast.walk(k.node) if isinstance(n, ast.Name) and n.id == name
                     and isinstance(n.ctx, ast.Load)]
             for u in uses:
@@ -343,14 +346,16 @@ class TensorDescriptors(Operator):
                                                           for kw in call.keywords):
             return None
         lists = [parts[n] for n in names[1:]]
-        if not all(isinstance(x, (ast.List, ast.Tuple)) and len(x.elts) == 2 for x in lists):
+        pairs = [x.elts for x in lists if isinstance(x, (ast.List, ast.Tuple)) and len(x.elts) == 2]
+        base = parts["base"]
+        if len(pairs) != 3 or base is None:
             return None
-        shape, strides, block = (x.elts for x in lists)  # type: ignore[attr-defined]
-        if int_const(strides[1]) != 1 or not all(r.stable(x) for x in [parts["base"], *shape, strides[0]]):
+        shape, strides, block = pairs
+        if int_const(strides[1]) != 1 or not all(r.stable(x) for x in [base, *shape, strides[0]]):
             return None
         seg = m.src.seg
-        root = dotted(parts["base"]) or ""
-        return Desc(seg(parts["base"]), root, (seg(shape[0]), seg(shape[1])), seg(strides[0]),
+        root = dotted(base) or ""
+        return Desc(seg(base), root, (seg(shape[0]), seg(shape[1])), seg(strides[0]),
                     (seg(block[0]), seg(block[1])))
 
     def _access_back(self, m: Module, tl: str, d: Desc, use: ast.Name) -> Edit | None:
