@@ -275,11 +275,14 @@ def _print_tables(latest: dict[tuple[str, str], dict[str, Any]], names: list[str
         first = "—" if start is None else f"{start:.2f}"
         print(f"| {name} | {any_row['family']} | {first} | " + " | ".join(cells) + " |")
     print()
+    common = [n for n in names if all((n, m) in latest for m in methods)]
+    print(f"Geomeans over the {len(common)} instances every method finished ({', '.join(common) or 'none'}): "
+          "methods are compared on the same kernels only.\n")
     print("| method | instances | geomean × vendor | same, budget 5 | calls to 95 % (median) | wasted calls | "
           "incorrect returned |")
     print("|---|---|---|---|---|---|---|")
     for m in methods:
-        mine = [latest[(n, m)] for n in names if (n, m) in latest]
+        mine = [latest[(n, m)] for n in common]
         finals = [v for v in (final(r) for r in mine) if v is not None and v > 0]
         gm = statistics.geometric_mean(finals) if finals else float("nan")
         at5 = [v for v in (within(r, 5) for r in mine) if v is not None and v > 0]

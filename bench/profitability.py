@@ -8,12 +8,17 @@ and, for each single-skill attempt, compares
   (time of the kernel it was applied to) / (time after) at least ``PAID`` (1.03)? A candidate that failed
   a gate did not pay. Both times are the candidate's own, measured in its worker, so the vendor's timing
   does not enter;
-* the prediction: the skill's PROFITABLE_WHEN rules evaluated on each grid shape's portable context
-  (``Problem.search_context``) say "pays" unless they are false on most shapes; a skill with no kept rule
-  predicts what its lineage evidence says in the median (``effect.median >= PAID``).
+* the prediction of ``klineage.kb.profitability.predict_profit``, twice:
+  - *lineage only*: the skill's PROFITABLE_WHEN rules evaluated on each grid shape's portable context
+    (``Problem.search_context``), else its lineage median — what the knowledge base knew before any agent
+    used it;
+  - *with trials*: the same, outvoted by the skill's trials on new code once it has ``MIN_TRIALS`` of them
+    (what the knowledge base learns from agents' applications). The trials are the other held-out
+    kernels' attempts only (leave one instance out): no attempt on the kernel being predicted, by any
+    method, enters its prediction.
 
 It prints the confusion per skill and overall beside the majority-class rate (always predicting the
-more frequent outcome), and writes ``--out`` (JSON) with every observation::
+more frequent outcome), for both predictors, and writes ``--out`` (JSON) with every observation::
 
     python bench/profitability.py --prepared .eval            # after evaluate_agent.py prepare
 """
@@ -25,7 +30,7 @@ import json
 import statistics
 import sys
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +40,9 @@ sys.path.insert(0, str(ROOT))
 from klineage.agent import load_problem  # noqa: E402
 from klineage.kb.conditions import evaluate  # noqa: E402
 from klineage.kb.embedded_store import EmbeddedStore  # noqa: E402
-from klineage.schema.records import Condition, Skill  # noqa: E402
+from klineage.kb.profitability import MIN_TRIALS, predict_profit  # noqa: E402
+from klineage.schema.records import PAID, Condition, Skill  # noqa: E402
 
-PAID = 1.03
 RESULTS = ROOT / "bench" / "results" / "agent-h200.jsonl"
 HELDOUT = ROOT / "heldout"
 
@@ -55,6 +60,13 @@ class Observation:
     gain: float | None
     paid: bool
     verdict: str
+    skill_record: Skill | None = field(default=None, repr=False, compare=False)
+    rules: list[Condition] = field(default_factory=list, repr=False, compare=False)
+    contexts: list[dict[str, Any]] = field(default_factory=list, repr=False, compare=False)
+
+    def row(self) -> dict[str, Any]:
+        """The observation as JSON (without the evidence it was predicted from)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("skill_record", "rules", "contexts")}
 
 
 def _cases(attempt: dict[str, Any]) -> dict[str, float]:
@@ -69,15 +81,34 @@ def grid_gain(before: dict[str, Any], after: dict[str, Any]) -> float | None:
     return statistics.geometric_mean(ratios) if ratios else None
 
 
-def predicts_pay(skill: Skill | None, rules: list[Condition], contexts: list[dict[str, Any]]) -> tuple[bool, str]:
-    """The knowledge base's prediction for ``skill`` on a grid, and what it rests on."""
-    exprs = [c.expr for c in rules]
-    if exprs and contexts:
-        false = sum(any(evaluate(e, ctx).value is False for e in exprs) for ctx in contexts)
-        return false <= len(contexts) / 2, "rule: " + " AND ".join(exprs)
-    if skill is not None and skill.effect.median is not None:
-        return skill.effect.median >= PAID, f"no rule; lineage median {skill.effect.median:.2f}x"
-    return False, "no rule, no lineage effect"
+def rule_votes(rules: list[Condition], contexts: list[dict[str, Any]]) -> list[bool | None]:
+    """Per grid shape, the conjunction of the rules there (None where none is false and one is unknown)."""
+    votes: list[bool | None] = []
+    for ctx in contexts:
+        values = [evaluate(c.expr, ctx).value for c in rules]
+        votes.append(False if any(v is False for v in values) else True if all(v is True for v in values) else None)
+    return votes if rules else []
+
+
+def predicts_pay(skill: Skill | None, rules: list[Condition], contexts: list[dict[str, Any]],
+                 trials: tuple[int, int] = (0, 0)) -> tuple[bool, str]:
+    """The knowledge base's prediction for ``skill`` on a grid, and what it rests on (no evidence: no gain)."""
+    got = predict_profit(skill, rule_votes(rules, contexts), trials)
+    basis = got.basis
+    if got.source == "rule":
+        basis = "rule: " + " AND ".join(c.expr for c in rules)
+    return bool(got.pays), basis
+
+
+def with_trials(obs: list[Observation]) -> list[Observation]:
+    """``obs`` predicted again with the trials of the other instances (leave one instance out)."""
+    out = []
+    for o in obs:
+        others = [x for x in obs if x.instance != o.instance and x.skill == o.skill]
+        trials = (sum(x.paid for x in others), len(others))
+        predicted, basis = predicts_pay(o.skill_record, o.rules, o.contexts, trials)
+        out.append(replace(o, predicted=predicted, basis=basis))
+    return out
 
 
 def observations(rows: list[dict[str, Any]], store: EmbeddedStore) -> list[Observation]:
@@ -98,7 +129,8 @@ def observations(rows: list[dict[str, Any]], store: EmbeddedStore) -> list[Obser
                 passed = attempt.get("verdict") == "pass"
                 gain = grid_gain(current, attempt) if passed else None
                 out.append(Observation(row["instance"], row["method"], int(attempt["call"]), op, predicted, basis,
-                                       gain, bool(gain is not None and gain >= PAID), str(attempt.get("verdict"))))
+                                       gain, bool(gain is not None and gain >= PAID), str(attempt.get("verdict")),
+                                       skills.get(op), rules.get(op, []), contexts))
             if attempt.get("accepted"):
                 current = attempt
     return out
@@ -150,11 +182,17 @@ def main() -> int:
     obs = observations(rows, EmbeddedStore(args.prepared / "kb"))
     print(f"{len(obs)} single-skill attempts in {len(rows)} runs of {len({r['instance'] for r in rows})} held-out "
           f"kernels; paid = grid geomean of before/after >= {PAID}\n")
+    trialled = with_trials(obs)
+    print("## Lineage only (rules, else the lineage median)\n")
     print(report(obs))
+    print(f"\n## With trials on the other held-out kernels (>= {MIN_TRIALS} outvote the rules; leave one "
+          "instance out)\n")
+    print(report(trialled))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"paid_threshold": PAID, "source": str(args.results.relative_to(ROOT))
                                     if args.results.is_relative_to(ROOT) else str(args.results),
-                                    "observations": [asdict(o) for o in obs]}, indent=1) + "\n", encoding="utf-8")
+                                    "observations": [o.row() for o in obs],
+                                    "with_trials": [o.row() for o in trialled]}, indent=1) + "\n", encoding="utf-8")
     print(f"\nwrote {args.out}")
     return 0
 

@@ -38,6 +38,7 @@ from klineage.agent.problem import Problem
 from klineage.agent.state import AgentState
 from klineage.kb.conditions import evaluate
 from klineage.kb.features import FeatureError, manifest_roles
+from klineage.kb.profitability import predict_profit
 from klineage.kb.search import NOT_APPLICABLE, SkillHit
 from klineage.kb.service import KnowledgeBase
 from klineage.transforms.facts import APPLICABLE, PRESENT, KernelFacts, kernel_facts
@@ -217,15 +218,20 @@ class LineagePlanner:
         return _filter(state, [*_compile_retries(state), *moves, *demoted])
 
     def _unprofitable(self, hit: SkillHit | None, contexts: Sequence[dict[str, Any]]) -> bool:
-        """True when the skill's PROFITABLE_WHEN rules are false on most shapes of the grid (a rule
-        that cannot be evaluated on a shape does not count against it)."""
+        """True when the knowledge base predicts no gain from the skill's rules and trials
+        (``predict_profit``: agents' verified trials on new code first, then PROFITABLE_WHEN on the grid's
+        shapes, where a rule that cannot be evaluated does not vote); the lineage median alone never
+        demotes a lineage step (the lineage order already carries it)."""
         if hit is None:
             return False
         rules = [c.expr for c in hit.checks if c.kind == "profitable" and c.value is not None]
-        if not rules or not contexts:
-            return False
-        false = sum(any(evaluate(rule, ctx).value is False for rule in rules) for ctx in contexts)
-        return false > len(contexts) / 2
+        votes: list[bool | None] = []
+        for ctx in contexts if rules else ():
+            values = [evaluate(rule, ctx).value for rule in rules]
+            votes.append(False if any(v is False for v in values)
+                         else True if all(v is True for v in values) else None)
+        prediction = predict_profit(hit.skill, votes)
+        return prediction.source in ("trials", "rule") and prediction.pays is False
 
     @staticmethod
     def _blocked(op: str, facts: KernelFacts, hits: dict[str, SkillHit]) -> str | None:

@@ -61,6 +61,7 @@ import numpy as np
 
 from klineage.kb.conditions import CompiledCondition, ConditionError, Verdict, parse_condition
 from klineage.kb.features import FeatureError, kernel_feature_values, problem_features
+from klineage.kb.profitability import predict_profit
 from klineage.kb.store import GraphStore
 from klineage.schema.errors import KLineageError
 from klineage.schema.graph import Node
@@ -231,8 +232,12 @@ class SkillHit:
 
     @property
     def unprofitable(self) -> bool:
-        """True when a PROFITABLE_WHEN condition is false for the context."""
-        return any(c.kind == "profitable" and c.value is False for c in self.checks)
+        """True when a PROFITABLE_WHEN condition is false for the context and the skill's trials on new
+        code (``kb.profitability``) do not outvote it."""
+        if not any(c.kind == "profitable" and c.value is False for c in self.checks):
+            return False
+        trials = predict_profit(self.skill)
+        return not (trials.source == "trials" and trials.pays)
 
     @property
     def missing_features(self) -> tuple[str, ...]:
@@ -315,6 +320,10 @@ class SkillCatalog:
         self.max_gain = np.asarray(highs, dtype=np.float64)
         self.confidence = np.asarray(
             [_confidence(s.support_steps, s.paid, s.verified) for s in ordered], dtype=np.float64)
+        # agents' verified trials on new code outvote a false PROFITABLE_WHEN (kb.profitability)
+        by_trials = [predict_profit(s) for s in ordered]
+        self.trials_pay = np.asarray([p.source == "trials" and bool(p.pays) for p in by_trials], dtype=bool)
+        self.trials_basis = [p.basis if p.source == "trials" else "" for p in by_trials]
         self._verdicts: dict[tuple[Any, ...], tuple[np.ndarray, list[Verdict | None]]] = {}
         self._kleene: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
@@ -674,7 +683,7 @@ def search_skills(request: SearchRequest, store: GraphStore, catalog_for: Callab
         return []
     not_applicable = (valid == _FALSE) | (anchor == _FALSE)
     applicable = (valid == _TRUE) & (anchor == _TRUE)
-    cap = profit == _FALSE
+    cap = (profit == _FALSE) & ~catalog.trials_pay
     shaped = _has_shape(env)
     base = relevance * catalog.confidence
     upper_gain = catalog.max_gain if shaped else catalog.median_gain
@@ -691,7 +700,8 @@ def search_skills(request: SearchRequest, store: GraphStore, catalog_for: Callab
         optimistic = (int(tier[i]), -float(upper[i]), i)
         if len(best_keys) >= request.limit and optimistic > best_keys[request.limit - 1]:
             break  # every remaining candidate's best possible key is worse than the current last hit
-        gain, basis = _expected_gain(catalog, i, env, shaped, bool(cap[i]))
+        outvoted = catalog.trials_basis[i] if profit[i] == _FALSE and catalog.trials_pay[i] else ""
+        gain, basis = _expected_gain(catalog, i, env, shaped, bool(cap[i]), outvoted)
         exact[i] = (gain, basis)
         bisect.insort(best_keys, (int(tier[i]), -float(base[i] * gain), i))
         del best_keys[request.limit:]
@@ -709,8 +719,8 @@ def search_skills(request: SearchRequest, store: GraphStore, catalog_for: Callab
     return hits
 
 
-def _expected_gain(catalog: SkillCatalog, i: int, env: Mapping[str, Any], shaped: bool, cap: bool
-                   ) -> tuple[float, str]:
+def _expected_gain(catalog: SkillCatalog, i: int, env: Mapping[str, Any], shaped: bool, cap: bool,
+                   outvoted: str = "") -> tuple[float, str]:
     found = nearest_shape_gain(catalog.points[i], env) if shaped else None
     if found is not None:
         gain, basis = found
@@ -722,6 +732,8 @@ def _expected_gain(catalog: SkillCatalog, i: int, env: Mapping[str, Any], shaped
         gain, basis = 1.0, "unmeasured: no timings behind this skill"
     if cap and gain > 1.0:
         gain, basis = 1.0, basis + "; capped at 1.0× because a PROFITABLE_WHEN condition is false"
+    elif outvoted:
+        basis += f"; a PROFITABLE_WHEN condition is false, outvoted by trials on new code ({outvoted})"
     return gain, basis
 
 
