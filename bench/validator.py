@@ -14,6 +14,12 @@
   the cache, then ``--http-requests`` identical ``POST /v1/validate`` calls: p50 / p90 / p99 (target:
   p50 < 50 ms).
 
+* what the validator cost in a past evaluation (``--from-cache FILE``, an evaluation's result cache such as
+  ``bench/results/agent-h200-cache.sqlite``): candidates of the held-out workloads judged there, seconds
+  per candidate and per gate (median, p90), the part of it spent queueing for the device lock (recorded
+  since ``lock_wait_s`` exists), and candidates per minute over the span the results were written in.
+  Nothing is run: it reads the gate results as they were recorded.
+
 Prints a table and, with ``--out``, writes the figures as JSON with the machine, versions and date.
 """
 
@@ -101,6 +107,49 @@ def _cold_vs_warm(count: int, device: str) -> dict[str, Any]:
     return {"device": device, "cold": summary(cold), "warm": summary(warm), "warm_pool": pool_stats}
 
 
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def from_cache(path: Path) -> dict[str, Any]:
+    """Seconds per candidate and per gate as an evaluation's result cache recorded them (see the docstring)."""
+    import sqlite3
+
+    if not path.is_file():
+        raise SystemExit(f"--from-cache {path}: no such file (an evaluation's validator result cache)")
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        rows = db.execute("SELECT workload, created, doc FROM results").fetchall()
+    if not rows:
+        raise SystemExit(f"--from-cache {path}: no results in it")
+    per_gate: dict[str, list[float]] = {}
+    waits: dict[str, list[float]] = {}
+    totals: list[float] = []
+    gpus: set[str] = set()
+    for _workload, _created, doc in rows:
+        result = json.loads(doc)
+        gpus.add(str(result.get("gpu", "")))
+        total = 0.0
+        for gate in result.get("gates", []):
+            metrics = gate.get("metrics") or {}
+            if gate.get("status") == "skipped" or metrics.get("gate_wall_s") is None:
+                continue
+            per_gate.setdefault(gate["gate"], []).append(float(metrics["gate_wall_s"]))
+            total += float(metrics["gate_wall_s"])
+            if metrics.get("lock_wait_s") is not None:
+                waits.setdefault(gate["gate"], []).append(float(metrics["lock_wait_s"]))
+        totals.append(total)
+    created = sorted(datetime.fromisoformat(r[1]) for r in rows)
+    span_s = max((created[-1] - created[0]).total_seconds(), 1.0)
+    return {"cache": str(path), "gpus": sorted(gpus), "candidates": len(rows),
+            "workloads": len({r[0] for r in rows}), "span_s": span_s,
+            "candidates_per_minute": 60.0 * len(rows) / span_s,
+            "candidate_p50_s": statistics.median(totals), "candidate_p90_s": _quantile(totals, 0.9),
+            "gate_p50_s": {g: statistics.median(v) for g, v in per_gate.items()},
+            "gate_p90_s": {g: _quantile(v, 0.9) for g, v in per_gate.items()},
+            "lock_wait_p50_s": {g: statistics.median(v) for g, v in waits.items()}}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -158,8 +207,22 @@ def main() -> int:
     parser.add_argument("--no-http", action="store_true")
     parser.add_argument("--cold-warm", type=int, default=0, help="jobs cold and warm, seconds split by gate")
     parser.add_argument("--cpu", action="store_true", help="interpreter mode for the job figures, even on a GPU")
+    parser.add_argument("--from-cache", type=Path, help="an evaluation's result cache: what the validator cost there "
+                        "(reads only; nothing else is measured)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.from_cache:
+        found = from_cache(args.from_cache)
+        print(f"{found['candidates']} candidates of {found['workloads']} workloads on {', '.join(found['gpus'])}, "
+              f"written over {found['span_s']:.0f} s: {found['candidates_per_minute']:.1f} candidates/minute")
+        print(f"seconds per candidate: p50 {found['candidate_p50_s']:.1f}, p90 {found['candidate_p90_s']:.1f}")
+        for gate, p50 in found["gate_p50_s"].items():
+            wait = found["lock_wait_p50_s"].get(gate)
+            print(f"  {gate:<12} p50 {p50:7.2f} s  p90 {found['gate_p90_s'][gate]:7.2f} s"
+                  + (f"  (of which waiting for the device p50 {wait:.2f} s)" if wait is not None else ""))
+        if args.out:
+            args.out.write_text(json.dumps(found, indent=2, default=str))
+        return 0
     report: dict[str, Any] = {"machine": f"{platform.node()} ({os.cpu_count()} CPUs)",
                               "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     if args.cpu_jobs:

@@ -11,7 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
+
+_WAITED = threading.local()
+
+
+def waited_s() -> float:
+    """Seconds this thread has spent waiting for device locks so far (a gate's share of its wall time that
+    went to queueing behind other jobs: the runner records the difference per gate as ``lock_wait_s``)."""
+    return float(getattr(_WAITED, "seconds", 0.0))
+
+
+def _add_wait(start: float) -> None:
+    _WAITED.seconds = waited_s() + (time.monotonic() - start)
 
 
 class DeviceLock:
@@ -26,10 +39,12 @@ class DeviceLock:
     @contextlib.contextmanager
     def shared(self) -> Iterator[None]:
         """Hold the device together with other checking gates (waits while a timing run holds or waits)."""
+        start = time.monotonic()
         with self._cond:
             while self._exclusive or self._waiting_exclusive:
                 self._cond.wait()
             self._sharers += 1
+        _add_wait(start)
         try:
             yield
         finally:
@@ -40,6 +55,7 @@ class DeviceLock:
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
         """Hold the device alone (waits for every current holder to finish)."""
+        start = time.monotonic()
         with self._cond:
             self._waiting_exclusive += 1
             try:
@@ -48,6 +64,7 @@ class DeviceLock:
             finally:
                 self._waiting_exclusive -= 1
             self._exclusive = True
+        _add_wait(start)
         try:
             yield
         finally:

@@ -26,7 +26,7 @@ from klineage.schema.errors import KLineageError, ManifestError
 from klineage.schema.gate_result import GATES, GateOutcome, GateResult
 from klineage.schema.ids import canonical_json, kernel_sha, sha256_text
 from klineage.schema.manifest import WorkloadManifest, load_manifest
-from klineage.validator.device_lock import device_lock
+from klineage.validator.device_lock import device_lock, waited_s
 from klineage.validator.pool import WorkerLost, WorkerMode, WorkerPool, default_pool
 from klineage.validator.sandbox import clean_env, run_worker
 from klineage.validator.static import check_source
@@ -333,11 +333,12 @@ def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes:
                         load_error = str(exc)
                     for gate in phase_gates:
                         current, started = gate, True
-                        gate_start = time.monotonic()
+                        gate_start, waited = time.monotonic(), waited_s()
                         outcome = _one_gate(gate, candidate, load_error, reference, manifest, grid, where,
                                             on_gpu, uses_dot, findings, seeds, ceilings, timing, rep_ms)
                         metrics = {**outcome.get("metrics", {}), **limit.metrics(),
-                                   "gate_wall_s": round(time.monotonic() - gate_start, 3)}
+                                   "gate_wall_s": round(time.monotonic() - gate_start, 3),
+                                   "lock_wait_s": round(waited_s() - waited, 3)}
                         outcomes[gate] = GateOutcome(gate, outcome["status"], outcome.get("reason", ""), metrics)
                         if outcome["status"] == "fail":
                             break

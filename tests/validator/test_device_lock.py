@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from klineage.validator.device_lock import DeviceLock, device_lock
+from klineage.validator.device_lock import DeviceLock, device_lock, waited_s
 
 
 def _wait_for(predicate, timeout: float = 5.0) -> None:
@@ -62,3 +62,37 @@ def test_a_timed_case_waits_for_checks_and_excludes_new_ones() -> None:
 def test_one_lock_per_device_name() -> None:
     assert device_lock("cuda:7") is device_lock("cuda:7")
     assert device_lock("cuda:7") is not device_lock("cuda:6")
+
+
+def test_each_thread_accounts_the_time_it_waited_for_the_device() -> None:
+    lock = DeviceLock()
+    waited: dict[str, float] = {}
+    held = threading.Event()
+    release = threading.Event()
+
+    def checker() -> None:
+        with lock.shared():
+            held.set()
+            release.wait(5)
+
+    def timer() -> None:
+        before = waited_s()
+        with lock.exclusive():
+            pass
+        waited["timer"] = waited_s() - before
+
+    first = threading.Thread(target=checker)
+    first.start()
+    held.wait(5)
+    second = threading.Thread(target=timer)
+    second.start()
+    _wait_for(lambda: lock.state()[2] == 1)
+    time.sleep(0.2)
+    release.set()
+    for thread in (first, second):
+        thread.join(5)
+    assert 0.2 <= waited["timer"] < 5.0  # it queued behind the check for the 0.2 s the check held on
+    before = waited_s()
+    with lock.shared():
+        pass
+    assert waited_s() - before < 0.05  # an uncontended hold waits for nothing
