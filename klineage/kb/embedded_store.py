@@ -55,7 +55,14 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from klineage.kb.store import LineageView, ScoredNode, StoreError, normalize_value
+from klineage.kb.store import (
+    LOCK_TIMEOUT_ENV,
+    LineageView,
+    ScoredNode,
+    StoreError,
+    lock_timeout_from_env,
+    normalize_value,
+)
 from klineage.schema.graph import GraphBatch, Node, Relationship
 from klineage.schema.graph_spec import FULLTEXT_INDEXES, LABELS, RELATIONSHIP_NAMES, allowed_relationship
 
@@ -65,8 +72,6 @@ STATE_FILE = "graph.jsonl"
 LOCK_FILE = ".lock"
 TEMP_PREFIX = ".graph.jsonl.tmp-"
 PACK_MIN_FLOATS = 16
-LOCK_TIMEOUT_ENV = "KLINEAGE_LOCK_TIMEOUT_S"
-DEFAULT_LOCK_TIMEOUT_S = 120.0
 LOCK_POLL_S = 0.05
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -186,7 +191,7 @@ class EmbeddedStore:
 
     def __init__(self, data_dir: Path | str, lock_timeout_s: float | None = None) -> None:
         self.data_dir = Path(data_dir)
-        self.lock_timeout_s = lock_timeout_s if lock_timeout_s is not None else _env_timeout()
+        self.lock_timeout_s = lock_timeout_s if lock_timeout_s is not None else lock_timeout_from_env()
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -730,18 +735,6 @@ class EmbeddedStore:
         with self._mutex:
             self._closed = True
             self._reset()
-
-
-def _env_timeout() -> float:
-    """The lock time-out from ``KLINEAGE_LOCK_TIMEOUT_S`` (seconds), else DEFAULT_LOCK_TIMEOUT_S."""
-    text = os.environ.get(LOCK_TIMEOUT_ENV, "").strip()
-    try:
-        value = float(text) if text else DEFAULT_LOCK_TIMEOUT_S
-    except ValueError:
-        raise StoreError(f"${LOCK_TIMEOUT_ENV}={text!r}: expected a number of seconds") from None
-    if not math.isfinite(value) or value < 0:
-        raise StoreError(f"${LOCK_TIMEOUT_ENV}={text!r}: expected a number of seconds >= 0")
-    return value
 
 
 def _top(scores: np.ndarray, k: int) -> np.ndarray:

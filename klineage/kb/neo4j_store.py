@@ -47,15 +47,27 @@ raises StoreError inside the transaction, so it rolls back: all of a batch or no
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from klineage.kb.store import LineageView, ScoredNode, StoreError, normalize_value
+from klineage.kb.store import (
+    LOCK_TIMEOUT_ENV,
+    LineageView,
+    ScoredNode,
+    StoreError,
+    lock_timeout_from_env,
+    normalize_value,
+)
 from klineage.schema.graph import GraphBatch, Node, Relationship
 from klineage.schema.graph_spec import (
     FULLTEXT_INDEXES,
@@ -84,6 +96,9 @@ SIGNATURE = "__sig"  # legacy layout (on the node itself): migrated by ensure_sc
 PROPS_LABEL = "_KLineageProps"  # the companion node of a data node: what reads need, hidden from Browser
 FT_PROPERTY = "ft_"  # the companion's full-text property prefix
 META_LABEL = "_KLineageMeta"
+#: The write lock of ``Neo4jStore.exclusive``: a lease on one meta node, renewed while held.
+LOCK_ID = "write-lock"
+LOCK_LEASE_S = 60.0
 META_ID = "state"
 QUANTIZATION_OFF = "`vector.quantization.enabled`: false"
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -297,6 +312,11 @@ class Neo4jStore:
         self.database = database
         self._neo4j = neo4j
         self._closed = False
+        self.lock_timeout_s = lock_timeout_from_env()
+        self._writer = threading.RLock()  # the holding thread re-enters; other threads of this process wait
+        self._lock_depth = 0
+        self._lock_owner = ""
+        self._lock_renewal: threading.Event | None = None
         try:
             self._driver = neo4j.GraphDatabase.driver(
                 uri, auth=(user, password), connection_timeout=connection_timeout,
@@ -391,6 +411,80 @@ class Neo4jStore:
             raise
         except Exception as exc:
             raise self._translate(exc, what) from exc
+
+    # ---------------------------------------------------------------- the write lock
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the write lock for a read-merge-write, as ``EmbeddedStore.exclusive`` does: other writers
+        that take it (other processes and hosts included) wait until the block ends. Re-entrant in the
+        holding thread. The lock is a lease on one meta node (``LOCK_LEASE_S``), renewed while held, so a
+        holder that dies frees it within a lease; a writer waits at most ``lock_timeout_s``
+        (``$KLINEAGE_LOCK_TIMEOUT_S``, default 120) and then gets a StoreError naming the holder."""
+        self._check_open()
+        deadline = time.monotonic() + self.lock_timeout_s
+        if not self._writer.acquire(timeout=max(self.lock_timeout_s, 0.001)):
+            raise StoreError(f"{self!r}: another thread of this process held the write lock for over "
+                             f"{self.lock_timeout_s:g} s; nothing was written")
+        try:
+            if self._lock_depth == 0:
+                self._take_lease(deadline)
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+                if self._lock_depth == 0:
+                    self._drop_lease()
+        finally:
+            self._writer.release()
+
+    def _take_lease(self, deadline: float) -> None:
+        owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+        def grab(tx: Any) -> tuple[bool, str, float]:
+            record = tx.run(
+                f"MERGE (m:{META_LABEL} {{id: $id}}) "
+                "WITH m, (m.lock_owner IS NULL OR m.lock_expires < $now) AS free "
+                "SET m.lock_owner = CASE WHEN free THEN $owner ELSE m.lock_owner END, "
+                "    m.lock_expires = CASE WHEN free THEN $now + $lease ELSE m.lock_expires END, "
+                "    m.lock_since = CASE WHEN free THEN $now ELSE m.lock_since END "
+                "RETURN free, m.lock_owner AS holder, m.lock_since AS since",
+                id=LOCK_ID, now=time.time(), owner=owner, lease=LOCK_LEASE_S).single()
+            return bool(record["free"]), str(record["holder"]), float(record["since"] or 0.0)
+
+        while True:
+            free, holder, since = self._write(grab, "take the write lock")
+            if free:
+                break
+            if time.monotonic() >= deadline:
+                raise StoreError(f"{self!r}: {holder} has held the write lock for {time.time() - since:.0f} s, "
+                                 f"over the lock time-out of {self.lock_timeout_s:g} s; nothing was written. Wait "
+                                 f"for it to finish and retry, or set ${LOCK_TIMEOUT_ENV} to wait longer")
+            time.sleep(0.05)
+        self._lock_owner = owner
+        stop = threading.Event()
+        self._lock_renewal = stop
+
+        def renew() -> None:
+            while not stop.wait(LOCK_LEASE_S / 3):
+                with contextlib.suppress(StoreError):
+                    self._write(lambda tx: tx.run(
+                        f"MATCH (m:{META_LABEL} {{id: $id, lock_owner: $owner}}) SET m.lock_expires = $until",
+                        id=LOCK_ID, owner=owner, until=time.time() + LOCK_LEASE_S).consume(), "renew the write lock")
+
+        threading.Thread(target=renew, name="klineage-neo4j-lock-renewal", daemon=True).start()
+
+    def _drop_lease(self) -> None:
+        if self._lock_renewal is not None:
+            self._lock_renewal.set()
+            self._lock_renewal = None
+        owner, self._lock_owner = self._lock_owner, ""
+        if owner and not self._closed:
+            self._write(lambda tx: tx.run(
+                f"MATCH (m:{META_LABEL} {{id: $id, lock_owner: $owner}}) "
+                "REMOVE m.lock_owner, m.lock_expires, m.lock_since", id=LOCK_ID, owner=owner).consume(),
+                "release the write lock")
 
     def _autocommit(self, query: str, what: str, params: Mapping[str, Any] | None = None) -> list[Any]:
         self._check_open()

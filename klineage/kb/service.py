@@ -123,9 +123,9 @@ class KnowledgeBase:
         return time.perf_counter() - started
 
     def exclusive(self) -> AbstractContextManager[Any]:
-        """Hold the store's write lock for a read-merge-write (``EmbeddedStore.exclusive``: other writers,
-        other processes included, wait; StoreError after the lock time-out). A store without one (Neo4j
-        writes each batch in one transaction) gets a no-op."""
+        """Hold the store's write lock for a read-merge-write (``EmbeddedStore.exclusive``, ``Neo4jStore.
+        exclusive``: other writers, other processes and hosts included, wait; StoreError after the lock
+        time-out). A store without one (a caller's own GraphStore) gets a no-op."""
         hold = getattr(self.store, "exclusive", None)
         return hold() if callable(hold) else contextlib.nullcontext()
 

@@ -12,6 +12,7 @@ it is read afresh (a fixed number of batched calls) on every search.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -144,3 +145,21 @@ class GraphStore(Protocol):
     def close(self) -> None:
         """Release connections and files."""
         ...
+
+
+#: Writers of either store wait this long for the write lock unless ``$KLINEAGE_LOCK_TIMEOUT_S`` says otherwise.
+LOCK_TIMEOUT_ENV = "KLINEAGE_LOCK_TIMEOUT_S"
+DEFAULT_LOCK_TIMEOUT_S = 120.0
+
+
+def lock_timeout_from_env() -> float:
+    """How long a writer waits for a store's write lock: ``$KLINEAGE_LOCK_TIMEOUT_S`` seconds, else
+    ``DEFAULT_LOCK_TIMEOUT_S``; StoreError for a value that is not a number of seconds >= 0."""
+    text = os.environ.get(LOCK_TIMEOUT_ENV, "").strip()
+    try:
+        value = float(text) if text else DEFAULT_LOCK_TIMEOUT_S
+    except ValueError:
+        raise StoreError(f"${LOCK_TIMEOUT_ENV}={text!r}: expected a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise StoreError(f"${LOCK_TIMEOUT_ENV}={text!r}: expected a number of seconds >= 0")
+    return value

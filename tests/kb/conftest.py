@@ -62,6 +62,38 @@ STORE_KINDS: list[str] = ["embedded", "neo4j"]
 STORE_MARKS: dict[str, list[pytest.MarkDecorator]] = {"neo4j": [pytest.mark.real("neo4j")]}
 
 
+def _another_embedded(store: GraphStore) -> GraphStore:
+    return EmbeddedStore(store.data_dir)  # type: ignore[attr-defined]
+
+
+def _another_neo4j(store: GraphStore) -> GraphStore:
+    import sys
+
+    helper = sys.modules["klineage_local_neo4j"]
+    return helper.open_store(helper.neo4j_connection(), clear=False)
+
+
+#: kind -> a second handle on the same data as a store of that kind (another writer, as another process is).
+ANOTHER_HANDLE: dict[str, Callable[[GraphStore], GraphStore]] = {
+    "embedded": _another_embedded,
+    "neo4j": _another_neo4j,
+}
+
+
+@pytest.fixture
+def another_handle(store_kind: str) -> Iterator[Callable[[GraphStore], GraphStore]]:
+    """Open a second handle on the data of the ``store`` under test (closed after the test)."""
+    opened: list[GraphStore] = []
+
+    def open_another(store: GraphStore) -> GraphStore:
+        opened.append(ANOTHER_HANDLE[store_kind](store))
+        return opened[-1]
+
+    yield open_another
+    for handle in opened:
+        handle.close()
+
+
 def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> GraphStore:
     """An empty store of ``kind`` (a key of STORE_FACTORIES)."""
     return STORE_FACTORIES[kind](tmp_path, request)

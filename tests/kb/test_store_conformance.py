@@ -8,6 +8,8 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -379,3 +381,19 @@ def test_applications_and_gate_runs_round_trip(store: GraphStore) -> None:
     assert back == apps and back[0].verified and not back[1].verified and back[0].context["contiguous"] is True
     assert all(n.id == kid for app in apps for _, n in store.neighbors([app.id], "ON")[app.id])
     assert [n.id for n in store.find("Application", {"skill_id": "skill:a"})] == sorted(a.id for a in apps)
+
+
+def test_the_write_lock_keeps_other_writers_out_until_it_is_released(
+        store: GraphStore, another_handle: Callable[[GraphStore], GraphStore]) -> None:
+    other = another_handle(store)
+    other.lock_timeout_s = 0.3  # type: ignore[attr-defined]
+    with store.exclusive():  # type: ignore[attr-defined]
+        with store.exclusive():  # type: ignore[attr-defined]  # re-entrant in the holding thread
+            store.upsert(GraphBatch.of([condition(1)]))
+        start = time.monotonic()
+        with pytest.raises(StoreError, match="write lock"), other.exclusive():  # type: ignore[attr-defined]
+            pytest.fail("a second writer got the lock while the first held it")
+        assert time.monotonic() - start >= 0.3
+    with other.exclusive():  # type: ignore[attr-defined]  # released: the other writer gets it at once
+        other.upsert(GraphBatch.of([condition(2)]))
+    assert [n.id for n in store.find("Condition")] == ["condition:0001", "condition:0002"]
