@@ -134,6 +134,8 @@ def _record(kb: Any, source: str, attempt: Attempt, best: Measurement | None, ga
     if gate_result is not None and gate_result.kernel_sha != kernel_sha(source):
         gate_result = None  # a result on another text judges nothing recorded here
     for step in attempt.applied:
+        if step.action != "apply":
+            continue  # the skill was re-applied by a later step of the move; one application is recorded
         sid = skill_id(step.operator)
         if kb.skill(sid) is not None:
             kb.record_application(sid, source, outcome, relative, gate_result=gate_result, context=context)

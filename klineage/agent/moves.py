@@ -2,7 +2,9 @@
 
 A ``Move`` is one validator call's worth of change: one or more operator applications (a *composite*
 move when its steps only pay together, e.g. larger tiles with the warps and stages that feed them),
-each with the parameters the planner chose. ``materialize`` applies the steps in order with the
+each with the parameters the planner chose. A step may also *simplify* (take an optimization out, as the
+walker does) so that the next step puts it back differently: a re-tune is autotune simplified, then
+applied with another config set. ``materialize`` applies the steps in order with the
 operators' ``apply`` — the same operators the backward walker uses to remove them — and never guesses:
 a step whose operator does not recognise the code is skipped, and a move none of whose steps changed
 anything materializes to None (it costs no validator call).
@@ -19,14 +21,19 @@ from klineage.transforms.registry import get_operator
 
 @dataclass(frozen=True)
 class MoveStep:
-    """One operator application: the operator id and the keyword parameters of its ``apply``."""
+    """One operator application: the operator id, the keyword parameters of its ``apply`` (or of its
+    ``simplify`` when ``action`` is ``"simplify"``)."""
 
     operator: str
     params: Mapping[str, Any] = field(default_factory=dict)
+    action: str = "apply"
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON form."""
-        return {"operator": self.operator, "params": dict(self.params)}
+        """Plain JSON form (``action`` only when it is not ``apply``)."""
+        out: dict[str, Any] = {"operator": self.operator, "params": dict(self.params)}
+        if self.action != "apply":
+            out["action"] = self.action
+        return out
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,7 @@ class Move:
 
     def key(self) -> str:
         """A stable identity of the move (operators and parameters) to avoid proposing it twice."""
-        return repr([(s.operator, sorted((k, repr(v)) for k, v in s.params.items())) for s in self.steps])
+        return repr([(s.operator, s.action, sorted((k, repr(v)) for k, v in s.params.items())) for s in self.steps])
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON form."""
@@ -71,8 +78,12 @@ class Materialized:
 def apply_step(source: str, step: MoveStep) -> str | None:
     """The source after one step, or None when the operator does not apply (or rejects the
     parameters): an operator's refusal is never an error for the agent, it is a move that cannot be made."""
+    operator = get_operator(step.operator)
     try:
-        rewrite = get_operator(step.operator).apply(source, **dict(step.params))
+        if step.action == "simplify":
+            rewrite = operator.simplify(source, **dict(step.params))
+        else:
+            rewrite = operator.apply(source, **dict(step.params))
     except (ValueError, TypeError, KeyError, SyntaxError):
         return None
     return rewrite.source if rewrite is not None else None
@@ -92,6 +103,8 @@ def materialize(source: str, move: Move) -> Materialized | None:
         applied.append(step)
     if not applied:
         return None
+    if skipped and any(s.action == "simplify" for s in applied):
+        return None  # a simplify is only the means of the steps after it: without them it is no move
     return Materialized(current, tuple(applied), tuple(skipped))
 
 

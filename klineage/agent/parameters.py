@@ -70,3 +70,38 @@ def fit_to_grid(configs: Sequence[Mapping[str, Any]], shapes: Sequence[Mapping[s
                 clipped["num_warps"] = min(int(clipped["num_warps"]), 4)
             add(clipped)
     return out
+
+
+#: Pipeline depths a re-tune tries around each configuration (Hopper's shared memory holds 2 to 5 stages
+#: of the tiles the experts use).
+STAGE_RANGE = (2, 5)
+
+
+def config_neighborhood(configs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The first half of the configurations (``MAX_CONFIGS // 2``: the ones listed first, as experts list
+    their best first) as they are, then each with one pipeline stage more and one fewer (within
+    ``STAGE_RANGE``), then with the warps doubled and halved (4 to 16), duplicates dropped, at most
+    ``MAX_CONFIGS``: one validator call lets the autotuner try the neighbours of what it picks from today,
+    after a structural change (fewer masks, a different accumulator) moved the kernel's best point."""
+    out: list[dict[str, Any]] = []
+    base = list(configs)[:MAX_CONFIGS // 2]
+
+    def add(config: Mapping[str, Any]) -> None:
+        if dict(config) not in out and len(out) < MAX_CONFIGS:
+            out.append(dict(config))
+
+    for config in base:
+        add(config)
+    for config in base:
+        stages = config.get("num_stages")
+        if isinstance(stages, int) and not isinstance(stages, bool):
+            for s in (stages + 1, stages - 1):
+                if STAGE_RANGE[0] <= s <= STAGE_RANGE[1]:
+                    add({**config, "num_stages": s})
+    for config in base:
+        warps = config.get("num_warps")
+        if isinstance(warps, int) and not isinstance(warps, bool):
+            for w in (warps * 2, warps // 2):
+                if 4 <= w <= 16:
+                    add({**config, "num_warps": w})
+    return out

@@ -25,6 +25,7 @@ configuration set that failed to compile is retried once with its smaller half.
 
 from __future__ import annotations
 
+import ast
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from typing import Any, Protocol
 
 from klineage.agent.lineages import LineageStep, LineageSummary, load_lineages
 from klineage.agent.moves import Move, MoveStep, composite, single
-from klineage.agent.parameters import fit_to_grid, step_parameters
+from klineage.agent.parameters import config_neighborhood, fit_to_grid, step_parameters
 from klineage.agent.problem import Problem
 from klineage.agent.state import AgentState
 from klineage.kb.conditions import evaluate
@@ -43,7 +44,7 @@ from klineage.kb.search import NOT_APPLICABLE, SkillHit
 from klineage.kb.service import KnowledgeBase
 from klineage.transforms.facts import APPLICABLE, PRESENT, KernelFacts, kernel_facts
 from klineage.transforms.features import kernel_features
-from klineage.transforms.registry import operator_ids
+from klineage.transforms.registry import get_operator, operator_ids
 
 #: Operators whose values make one launch configuration: measured together, applied together.
 LAUNCH_CONFIG = ("tile-size", "num-warps", "pipelining", "autotune", "register-cap")
@@ -165,6 +166,31 @@ def paying_pair(lineage: LineageSummary, pair: Sequence[tuple[LineageStep, Move]
                          f"{second.operator} after it the pair gained {gain:.2f}x")
 
 
+def retune_move(source: str) -> Move | None:
+    """A re-tune of an autotuned kernel: autotune taken out (as the walker does) and put back with the
+    neighbourhood of its own configurations (``config_neighborhood``). None when the kernel is not
+    autotuned by one literal config list, or the neighbourhood adds nothing. Offered last: the autotuner
+    already re-picks among today's configs after every change, so only new configs can pay."""
+    simplified = get_operator("autotune").simplify(source)
+    kernels = (simplified.params.get("kernels") or {}) if simplified is not None else {}
+    if len(kernels) != 1:
+        return None
+    configs: list[dict[str, Any]] = []
+    for config in next(iter(kernels.values())).get("configs") or []:
+        try:
+            configs.append({name: ast.literal_eval(value) for name, value in dict(config).items()})
+        except (ValueError, SyntaxError):
+            return None
+    around = config_neighborhood(configs)
+    if not configs or all(c in configs for c in around):
+        return None
+    steps = [MoveStep("autotune", {}, action="simplify"), MoveStep("autotune", {"configs": around})]
+    return composite("re-tune", steps,
+                     origin="re-tune of the kernel's own configs",
+                     why=f"{len(around)} configs around the {len(configs)} it has: the structure changed since "
+                         "they were chosen")
+
+
 @dataclass
 class LineagePlanner:
     """Plan along the nearest lineage with portable parameters (see the module docstring)."""
@@ -215,7 +241,8 @@ class LineagePlanner:
                           why=f"applicable skill outside the nearest lineage (score {hit.score:.3f})")
             (demoted if self._unprofitable(hit, contexts) else moves).append(move)
         demoted.sort(key=lambda m: -(m.expected_gain or 0.0))
-        return _filter(state, [*_compile_retries(state), *moves, *demoted])
+        retune = retune_move(state.source) if facts.state("autotune") == PRESENT else None
+        return _filter(state, [*_compile_retries(state), *moves, *demoted, *([retune] if retune else [])])
 
     def _unprofitable(self, hit: SkillHit | None, contexts: Sequence[dict[str, Any]]) -> bool:
         """True when the knowledge base predicts no gain from the skill's rules and trials

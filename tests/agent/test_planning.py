@@ -8,7 +8,8 @@ import pytest
 
 from klineage.agent import load_problem, make_planner
 from klineage.agent.lineages import load_lineages
-from klineage.agent.planners import LAUNCH_CONFIG, LineagePlanner, nearest_lineages
+from klineage.agent.moves import MoveStep, composite, materialize
+from klineage.agent.planners import LAUNCH_CONFIG, LineagePlanner, nearest_lineages, retune_move
 from klineage.agent.state import AgentState
 from klineage.kb.service import KnowledgeBase
 from klineage.transforms.registry import get_operator
@@ -149,3 +150,34 @@ def test_a_step_that_lost_alone_is_offered_with_the_step_that_paid_after_it(kb: 
     assert pair.expected_gain == pytest.approx(first.gain * second.gain)
     # steps that are not consecutive in the walk, or a loss within noise, make no pair
     assert not any(" + " in m.label for m in _plan(kb, "rmsnorm")), [m.label for m in _plan(kb, "rmsnorm")]
+
+
+def test_an_autotuned_kernel_is_offered_a_retune_around_its_own_configs_last(kb: KnowledgeBase) -> None:
+    configs = [{"tile_m": 128, "tile_n": 128, "tile_k": 64, "num_warps": 8, "num_stages": 3},
+               {"tile_m": 64, "tile_n": 128, "tile_k": 32, "num_warps": 4, "num_stages": 4}]
+    source = (ROOT / "heldout" / "bmm" / "naive.py").read_text()
+    tuned = get_operator("autotune").apply(source, configs=configs)
+    assert tuned is not None
+    moves = _plan(kb, "bmm", tuned.source)
+    assert moves[-1].label == "re-tune"
+    simplify, apply = moves[-1].steps
+    assert (simplify.operator, simplify.action, apply.operator, apply.action) == (
+        "autotune", "simplify", "autotune", "apply")
+    around = apply.params["configs"]
+    own = [{"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3},
+           {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 4, "num_stages": 4}]
+    assert around[:2] == own and len(around) > 2
+    assert {c["num_stages"] for c in around} == {2, 3, 4, 5}
+    made = materialize(tuned.source, moves[-1])
+    assert made is not None and [s.action for s in made.applied] == ["simplify", "apply"]
+    assert made.source.count("triton.Config(") == len(around)
+    assert retune_move(source) is None  # not autotuned: nothing to re-tune
+
+
+def test_a_simplify_without_the_steps_after_it_is_no_move() -> None:
+    source = (ROOT / "heldout" / "bmm" / "naive.py").read_text()
+    tuned = get_operator("autotune").apply(source, configs=[{"tile_m": 64, "tile_n": 64, "tile_k": 32}])
+    assert tuned is not None
+    only_out = composite("out", [MoveStep("autotune", {}, action="simplify"),
+                                 MoveStep("autotune", {"configs": [{"no_such_param": 1}]})])
+    assert materialize(tuned.source, only_out) is None
