@@ -71,6 +71,22 @@ def _load_all(paths: list[Path]) -> list[LineageDocument]:
     return docs
 
 
+def _record_trials(kb: Any, files: list[Path]) -> int:
+    """Record the trial files (``ingest.trials``) into ``kb``; clean errors, exit code 2. Returns how many."""
+    from klineage.ingest.trials import TrialError, load_trials, record_trials
+    from klineage.kb.store import StoreError
+
+    recorded = 0
+    for path in files:
+        with Progress(console=err, transient=True) as progress:
+            progress.add_task(f"recording the trials of {path}", total=None)
+            try:
+                recorded += record_trials(kb, load_trials(path))
+            except (TrialError, StoreError) as exc:
+                raise _fail(str(exc)) from exc
+    return recorded
+
+
 def _ingest(kb: Any, docs: list[LineageDocument]) -> list[Any]:
     """Ingest with skills merged across the documents and the lineages already stored
     (``ingest.pipeline``: conditions re-induced from all the evidence); clean errors, exit code 2."""
@@ -198,6 +214,13 @@ def demo() -> None:
     docs = _load_all(paths)
     reports = _ingest(kb, docs)
     source = f"{len(docs)} test fixture(s)" if fixtures else f"{len(docs)} measured lineage(s)"
+    if not fixtures:
+        from klineage.ingest.trials import find_trial_files
+
+        trial_files = find_trial_files(paths[0].parent.parent)
+        if trial_files:
+            recorded = _record_trials(kb, trial_files)
+            source += f" and {recorded} verified trial(s) of agents on held-out kernels"
     out.print(f"Knowledge base built from {source} into {kb.store!r}{_tag(fixtures)}")
     for doc, report in zip(docs, reports, strict=True):
         out.print(f"  {doc.workload}: lineage {report.lineage_id}, {len(report.skill_ids)} skill(s){_tag(doc.sample)}")
@@ -261,9 +284,14 @@ def serve(host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0
         raise typer.Exit(run_workers("klineage.cli.kb_commands:serve_app", host, port, workers))
 
 
-def ingest(paths: Annotated[list[Path], typer.Argument(help="Lineage document files (JSON) or folders of them.")]
+def ingest(paths: Annotated[list[Path], typer.Argument(help="Lineage document files (JSON) or folders of them.")],
+           trials: Annotated[list[Path] | None, typer.Option(
+               "--trials", help="A trial file (JSON lines of agents' verified applications, e.g. "
+               "trials/h200.jsonl from bench/export_trials.py), recorded after the lineages; repeatable.")] = None,
            ) -> None:
-    """Add lineage documents to the knowledge base (idempotent: ingesting twice changes nothing)."""
+    """Add lineage documents to the knowledge base (idempotent: ingesting twice changes nothing), then the
+    trials given with --trials (each a verified application: the skills' trial counts, which outvote their
+    PROFITABLE_WHEN in search once there are three)."""
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
@@ -279,6 +307,10 @@ def ingest(paths: Annotated[list[Path], typer.Argument(help="Lineage document fi
     for doc, report in zip(docs, _ingest(kb, docs), strict=True):
         out.print(f"{doc.source}: lineage {report.lineage_id}, {len(report.skill_ids)} skill(s), "
                   f"{report.nodes} nodes, {report.relationships} relationships{_tag(doc.sample)}")
+    for path in trials or []:
+        if not path.is_file():
+            raise _fail(f"--trials {path}: no such file (expected a JSON-lines trial file)")
+        out.print(f"{path}: {_record_trials(kb, [path])} trial(s) recorded")
 
 
 def search(

@@ -58,9 +58,10 @@ def reinduce(kb: KnowledgeBase, skill_id: str, min_verified: int = MIN_VERIFIED)
 
 def record_with_feedback(kb: KnowledgeBase, skill_id: str, kernel_source: str, outcome: str,
                          speedup: float | None = None, gate_result: GateResult | None = None,
-                         context: Mapping[str, Any] | None = None) -> Application:
+                         context: Mapping[str, Any] | None = None, recorded_at: str | None = None) -> Application:
     """``KnowledgeBase.record_application``, then ``reinduce`` when the application was verified."""
-    app = kb.record_application(skill_id, kernel_source, outcome, speedup, gate_result=gate_result, context=context)
+    app = kb.record_application(skill_id, kernel_source, outcome, speedup, gate_result=gate_result, context=context,
+                                recorded_at=recorded_at)
     if app.verified and app.context:
         reinduce(kb, skill_id)
     return app

@@ -61,7 +61,7 @@ import numpy as np
 
 from klineage.kb.conditions import CompiledCondition, ConditionError, Verdict, parse_condition
 from klineage.kb.features import FeatureError, kernel_feature_values, problem_features
-from klineage.kb.profitability import predict_profit
+from klineage.kb.profitability import MIN_TRIALS, predict_profit
 from klineage.kb.store import GraphStore
 from klineage.schema.errors import KLineageError
 from klineage.schema.graph import Node
@@ -316,6 +316,14 @@ class SkillCatalog:
                 statistics.median(values) if values else 1.0)
             medians.append(float(median))
             highs.append(max([float(median), *values]))
+        #: per skill, the median speedup of its verified, passing trials on new code when it has at least
+        #: MIN_TRIALS of them (with a description), else None
+        self.trials_gain: list[tuple[float, str] | None] = [
+            (float(s.field_effect.median), f"{s.field_effect.median:.3g}× median of {s.field_effect.n} verified "
+                                           "trials by agents on new code")
+            if s.field_effect.median is not None and s.field_effect.n >= MIN_TRIALS else None for s in ordered]
+        medians = [t[0] if t is not None else m for t, m in zip(self.trials_gain, medians, strict=True)]
+        highs = [max(h, t[0]) if t is not None else h for t, h in zip(self.trials_gain, highs, strict=True)]
         self.median_gain = np.asarray(medians, dtype=np.float64)
         self.max_gain = np.asarray(highs, dtype=np.float64)
         self.confidence = np.asarray(
@@ -722,7 +730,10 @@ def search_skills(request: SearchRequest, store: GraphStore, catalog_for: Callab
 def _expected_gain(catalog: SkillCatalog, i: int, env: Mapping[str, Any], shaped: bool, cap: bool,
                    outvoted: str = "") -> tuple[float, str]:
     found = nearest_shape_gain(catalog.points[i], env) if shaped else None
-    if found is not None:
+    trials = catalog.trials_gain[i]
+    if trials is not None:  # agents' verified trials on new code: the population this estimate is for
+        gain, basis = trials
+    elif found is not None:
         gain, basis = found
     elif catalog.skills[i].effect.n or catalog.points[i]:
         gain = float(catalog.median_gain[i])

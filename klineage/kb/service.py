@@ -442,7 +442,7 @@ class KnowledgeBase:
 
     def record_application(self, skill_id: str, kernel_source: str, outcome: str,
                            speedup: float | None = None, gate_result: GateResult | None = None,
-                           context: Mapping[str, Any] | None = None) -> Application:
+                           context: Mapping[str, Any] | None = None, recorded_at: str | None = None) -> Application:
         """Record an agent's use of a skill on new code, and update the skill from it.
 
         An Application node USED the skill and is ON the kernel (a Kernel node is added for the source
@@ -452,6 +452,8 @@ class KnowledgeBase:
         ``field_effect`` (speedups of verified, passing applications) are recomputed from all its
         applications; a speedup claimed without a gate result is kept on the application but never
         moves the effect. ``context``: the problem features of the measured shape (for re-induction).
+        ``recorded_at`` (ISO time, default now) dates it: the same skill, kernel, outcome, speedup and time
+        is one application, so recording a committed trial again changes nothing.
         KnowledgeBaseError for an unknown skill, an empty source, an outcome that is not a short
         lower-case word (e.g. "pass", "fail", "regression"), a speedup that is not a positive finite
         number, or a gate result that judged another kernel."""
@@ -479,7 +481,7 @@ class KnowledgeBase:
         if context is not None and not isinstance(context, Mapping):
             raise KnowledgeBaseError("context: expected a mapping of feature name to value")
         kid = kernel_id(sha)
-        now = datetime.now(UTC).isoformat(timespec="microseconds")
+        now = recorded_at or datetime.now(UTC).isoformat(timespec="microseconds")
         nodes: list[Node] = []
         rels: list[Relationship] = []
         run_id = ""

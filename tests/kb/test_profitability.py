@@ -68,3 +68,18 @@ def test_search_lifts_the_cap_of_a_false_rule_when_trials_paid(tmp_path: Path) -
     assert "capped at 1.0×" in hits["doubted"].gain_basis
     assert not hits["trusted"].unprofitable and hits["trusted"].expected_gain == 2.0
     assert "outvoted by trials on new code (paid on 4 of 5 verified trials on new code)" in hits["trusted"].gain_basis
+
+
+def test_search_expects_what_trials_on_new_code_measured_once_there_are_enough(tmp_path: Path) -> None:
+    lineage_only = _skill("lineage-only", [1.5])
+    tried = replace(_skill("tried", [1.0], paid=3, verified=4), field_effect=Effect.of([2.5, 2.0, 3.0, 0.9]))
+    few = replace(_skill("few", [1.2], paid=2, verified=2), field_effect=Effect.of([4.0, 4.0]))
+    store = EmbeddedStore(tmp_path)
+    store.upsert(GraphBatch.of([s.to_node() for s in (lineage_only, tried, few)]))
+    hits = {h.skill.operator: h for h in KnowledgeBase(store, embedder=None).search(context={"M": 64}, limit=5)}
+    assert hits["tried"].expected_gain == 2.25
+    assert hits["tried"].gain_basis == "2.25× median of 4 verified trials by agents on new code"
+    assert hits["few"].expected_gain == 1.2  # two trials are not enough: the lineage's median stands
+    assert hits["lineage-only"].expected_gain == 1.5
+    ranked = KnowledgeBase(store, embedder=None).search(context={"M": 64}, limit=5)
+    assert ranked[0].skill.operator == "tried"
