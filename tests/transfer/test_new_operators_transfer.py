@@ -20,10 +20,7 @@ FUSED = sorted(name for name, src in SOURCES.items() if EPILOGUE.present(src))
 SPLITTABLE = sorted(name for name, src in SOURCES.items() if SPLIT_K.applicable(src))
 
 
-def _gate(source: str, name: str) -> dict[str, Any]:
-    from klineage.validator.client import LocalValidator
-
-    validator = LocalValidator(device="cpu", seeds=1)
+def _gate(validator: Any, source: str, name: str) -> dict[str, Any]:
     return validator.validate(source, DIRS[name], gates=CPU_GATES, shapes=grown_shapes(name)).to_dict()
 
 
@@ -33,21 +30,21 @@ def test_the_new_operators_have_heldout_ground() -> None:
 
 
 @pytest.mark.parametrize("name", FUSED)
-def test_split_epilogue_passes_the_gates(name: str) -> None:
+def test_split_epilogue_passes_the_gates(name: str, cpu_validator: Any) -> None:
     split = EPILOGUE.simplify(SOURCES[name])
     assert split is not None
     fused = EPILOGUE.apply(split.source)
     assert fused is not None and fused.source == SOURCES[name]
-    result = _gate(split.source, name)
+    result = _gate(cpu_validator(seeds=1), split.source, name)
     assert result["verdict"] == "pass", "\n".join(failed_gates(result)) + "\n" + split.diff
 
 
 @pytest.mark.parametrize("split_k", [2, 3])
 @pytest.mark.parametrize("name", SPLITTABLE)
-def test_split_k_passes_the_gates(name: str, split_k: int) -> None:
+def test_split_k_passes_the_gates(name: str, split_k: int, cpu_validator: Any) -> None:
     rw = SPLIT_K.apply(SOURCES[name], split_k=split_k)
     assert rw is not None and SPLIT_K.present(rw.source)
     back = SPLIT_K.simplify(rw.source)
     assert back is not None and back.source == SOURCES[name]
-    result = _gate(rw.source, name)
+    result = _gate(cpu_validator(seeds=1), rw.source, name)
     assert result["verdict"] == "pass", "\n".join(failed_gates(result)) + "\n" + rw.diff
