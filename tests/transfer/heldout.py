@@ -43,14 +43,16 @@ def failed_gates(result: Mapping[str, Any]) -> list[str]:
     return [f"{g['gate']}: {g['reason']}" for g in result["gates"] if g["status"] == "fail"]
 
 
-def validate_all(jobs: Iterable[tuple[str, str, Path]], validator: ValidatorClient) -> dict[str, dict[str, Any]]:
-    """Validate ``(key, source, workload_dir)`` jobs with ``validator`` (a CPU one), ``WORKERS`` at a time;
-    gate results (dicts) by key."""
+def validate_all(jobs: Iterable[tuple[str, str, Path] | tuple[str, str, Path, list[dict[str, Any]]]],
+                 validator: ValidatorClient) -> dict[str, dict[str, Any]]:
+    """Validate ``(key, source, workload_dir[, shapes])`` jobs with ``validator`` (a CPU one), ``WORKERS``
+    at a time (shapes: the manifest's cpu_shapes when not given); gate results (dicts) by key."""
     todo = list(jobs)
 
-    def one(job: tuple[str, str, Path]) -> tuple[str, dict[str, Any]]:
-        key, source, workload = job
-        return key, validator.validate(source, workload, gates=CPU_GATES).to_dict()
+    def one(job: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
+        key, source, workload, *shapes = job
+        return key, validator.validate(source, workload, gates=CPU_GATES, shapes=shapes[0] if shapes else None
+                                       ).to_dict()
 
     with ThreadPoolExecutor(WORKERS) as pool:
         return dict(pool.map(one, todo))
