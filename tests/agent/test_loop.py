@@ -123,10 +123,9 @@ def test_a_move_that_changes_nothing_costs_no_call() -> None:
 
 
 @pytest.mark.real("embedder")
-def test_klineage_optimize_runs_end_to_end_on_cpu(kb_dir: Path, tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_klineage_optimize_runs_end_to_end_on_cpu(kb_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   cpu_validator: Any) -> None:
     from klineage.cli.main import app
-    from klineage.validator import LocalValidator
 
     monkeypatch.setenv("KLINEAGE_DATA_DIR", str(kb_dir))
     best = tmp_path / "best.py"
@@ -138,8 +137,8 @@ def test_klineage_optimize_runs_end_to_end_on_cpu(kb_dir: Path, tmp_path: Path,
     assert report["measured"] is False and report["calls_used"] >= 1
     assert all(a["speedup"] is None for a in report["trajectory"])
     assert report["best"]["verdict"] == "pass"
-    again = LocalValidator(device="cpu", seeds=1).validate(best.read_text(), ROOT / "heldout/rmsnorm",
-                                                             gates=("static", "compile", "correctness"))
+    again = cpu_validator(seeds=1).validate(best.read_text(), ROOT / "heldout/rmsnorm",
+                                            gates=("static", "compile", "correctness"))
     assert again.verdict == "pass" and again.kernel_sha == report["best"]["kernel_sha"]
 
 

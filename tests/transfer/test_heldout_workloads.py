@@ -106,7 +106,7 @@ def test_naive_kernel_is_a_plain_candidate(name: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def naive_results() -> dict[str, dict[str, Any]]:
+def naive_results(cpu_validator: Any) -> dict[str, dict[str, Any]]:
     """Gate results of every naive kernel, plus one deliberately wrong kernel (``broken``)."""
     dirs = {d.name: d for d in heldout_dirs()}
     jobs = [(name, source, dirs[name]) for name, source in naive_sources().items()]
@@ -114,7 +114,7 @@ def naive_results() -> dict[str, dict[str, Any]]:
     broken = rms.replace("y = x / tl.sqrt(ms + eps) * w", "y = x / tl.sqrt(ms + eps)")
     assert broken != rms
     jobs.append(("broken", broken, dirs["rmsnorm"]))
-    return validate_all(jobs, seeds=2)
+    return validate_all(jobs, cpu_validator(seeds=2))
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -15,7 +15,7 @@ import pytest
 
 from klineage.transforms.registry import get_operator
 
-from .heldout import CPU_GATES, failed_gates, heldout_dirs, manifests, naive_sources
+from .heldout import CPU_GATES, failed_gates, heldout_dirs, manifests, naive_sources, validate_all
 
 OP = get_operator("tensor-descriptors")
 SOURCES = naive_sources()
@@ -39,17 +39,13 @@ def test_every_heldout_matmul_is_applicable() -> None:
 
 
 @pytest.fixture(scope="module")
-def cpu_results() -> dict[str, dict[str, Any]]:
-    from klineage.validator.client import LocalValidator
-
-    validator = LocalValidator(device="cpu", seeds=1)
-    out = {}
+def cpu_results(cpu_validator: Any) -> dict[str, dict[str, Any]]:
+    jobs = []
     for name in MATMULS:
         rw = OP.apply(SOURCES[name])
         assert rw is not None, name
-        out[name] = validator.validate(rw.source, DIRS[name], gates=CPU_GATES,
-                                       shapes=[_shape(name, CPU_SHAPE)]).to_dict()
-    return out
+        jobs.append((name, rw.source, DIRS[name], [_shape(name, CPU_SHAPE)]))
+    return validate_all(jobs, cpu_validator(seeds=1))
 
 
 @pytest.mark.parametrize("name", MATMULS)

@@ -65,7 +65,7 @@ CHAINS = {(order, name): chain(SOURCES[name], ops, name) for order, ops in ORDER
 
 
 @pytest.fixture(scope="module")
-def results() -> dict[str, dict[str, Any]]:
+def results(cpu_validator: Any) -> dict[str, dict[str, Any]]:
     """Gate results of every single-operator rewrite and every chain, validated two at a time."""
     jobs = []
     for op_id, name in PAIRS:
@@ -74,7 +74,7 @@ def results() -> dict[str, dict[str, Any]]:
             jobs.append((f"{op_id}:{name}", rewrite.source, DIRS[name]))
     for (order, name), (source, _) in CHAINS.items():
         jobs.append((f"chain-{order}:{name}", source, DIRS[name]))
-    return validate_all(jobs, seeds=1)
+    return validate_all(jobs, cpu_validator(seeds=1))
 
 
 def test_the_transfer_workloads_are_heldout_workloads() -> None:

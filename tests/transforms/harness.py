@@ -200,13 +200,12 @@ def naive_cases() -> dict[str, Case]:
     return out
 
 
-def expert_case(workload: str, max_shapes: int = 2) -> Case | None:
-    """The expert kernel of a workload on its cpu_shapes (fp32), or None when it does not exist yet."""
+def expert_case(workload: str, max_shapes: int = 2) -> Case:
+    """The expert kernel of a workload on its cpu_shapes (fp32)."""
     folder = WORKLOADS / workload
     expert = folder / "expert.py"
     manifest = folder / "manifest.toml"
-    if not expert.is_file() or not expert.read_text().strip() or not manifest.is_file():
-        return None
+    assert expert.read_text().strip(), f"{expert} is empty"
     meta = tomllib.loads(manifest.read_text())["workload"]
     spec = importlib.util.spec_from_file_location(
         f"klineage_ref_{workload}", folder / meta.get("reference", "reference.py")

@@ -150,7 +150,7 @@ FEATURE_OF = {
 
 
 @functools.cache
-def _expert(workload: str) -> Case | None:
+def _expert(workload: str) -> Case:
     return expert_case(workload)
 
 
@@ -194,8 +194,6 @@ def test_simplify_expert_then_reapply(op_id: str, workload: str) -> None:
     which pairs are present is read from detect(); ``SIMPLIFY_EXPERT`` lists the pairs last seen,
     and ``test_expert_coverage`` keeps the check from going vacuous."""
     case = _expert(workload)
-    if case is None:
-        pytest.skip(f"workloads/{workload}/expert.py does not exist yet")
     op = get_operator(op_id)
     if not op.present(case.source):
         assert op.simplify(case.source) is None, f"{op_id} simplifies {workload} without detecting it"
@@ -217,9 +215,7 @@ def test_simplify_expert_then_reapply(op_id: str, workload: str) -> None:
 
 def test_expert_coverage() -> None:
     """Most of the operators observed in the experts are still detected there."""
-    cases = {w: c for w in EXPERTS if (c := _expert(w)) is not None}
-    if len(cases) < len(EXPERTS):
-        pytest.skip(f"experts missing: {sorted(set(EXPERTS) - set(cases))}")
+    cases = {w: _expert(w) for w in EXPERTS}
     pairs = {(op.id, w) for op in all_operators() for w, c in cases.items() if op.present(c.source)}
     expected = {(o, w) for o, ws in SIMPLIFY_EXPERT.items() for w in ws}
     assert len(pairs) >= 25, sorted(pairs)
