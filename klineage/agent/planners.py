@@ -25,7 +25,6 @@ configuration set that failed to compile is retried once with its smaller half.
 
 from __future__ import annotations
 
-import ast
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from klineage.kb.features import FeatureError, manifest_roles
 from klineage.kb.profitability import predict_profit
 from klineage.kb.search import NOT_APPLICABLE, SkillHit
 from klineage.kb.service import KnowledgeBase
+from klineage.schema import pyast
 from klineage.transforms.facts import APPLICABLE, PRESENT, KernelFacts, kernel_facts
 from klineage.transforms.features import kernel_features
 from klineage.transforms.registry import get_operator, operator_ids
@@ -178,7 +178,7 @@ def retune_move(source: str) -> Move | None:
     configs: list[dict[str, Any]] = []
     for config in next(iter(kernels.values())).get("configs") or []:
         try:
-            configs.append({name: ast.literal_eval(value) for name, value in dict(config).items()})
+            configs.append({name: pyast.literal_eval(value) for name, value in dict(config).items()})
         except (ValueError, SyntaxError):
             return None
     around = config_neighborhood(configs)

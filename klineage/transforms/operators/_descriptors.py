@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from klineage.schema import pyast
 from klineage.transforms._module import Module
 from klineage.transforms._source import int_const
 from klineage.transforms._triton import Kernel, kwarg, local_assignments, single_value, tl_func
@@ -205,7 +206,7 @@ def paren(text: str, factor: bool = False) -> str:
     """A source expression ready to follow ``a + `` (or, with ``factor``, ``a * ``): parenthesized when
     it binds less tightly."""
     try:
-        node = ast.parse(text.strip(), mode="eval").body
+        node = pyast.parse(text.strip(), mode="eval").body
     except SyntaxError:
         return f"({text})"
     if factor:
@@ -214,7 +215,7 @@ def paren(text: str, factor: bool = False) -> str:
 
 
 def _expr(text: str) -> ast.expr:
-    return ast.parse(text.strip(), mode="eval").body
+    return pyast.parse(text.strip(), mode="eval").body
 
 
 def flatten(node: ast.expr, op: type = ast.Add) -> list[ast.expr]:
