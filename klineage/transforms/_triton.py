@@ -457,6 +457,22 @@ def accumulator_tile(kernel: Kernel, al: Aliases) -> list[str]:
     return best
 
 
+#: ``tl`` functions that reduce a tile along an axis.
+REDUCTIONS = frozenset({"sum", "max", "min", "argmax", "argmin", "reduce", "xor_sum", "cumsum"})
+
+
+def tl_names(node: ast.AST, al: Aliases) -> set[str]:
+    """The ``tl`` functions called anywhere inside a node."""
+    return {f for n in ast.walk(node) if (f := tl_func(n, al)) is not None}
+
+
+def is_row_reduction(kernel: Kernel, al: Aliases) -> bool:
+    """True for a kernel that reduces tiles (``tl.sum``/``tl.max``/...), indexes its work by
+    ``tl.program_id`` and calls no ``tl.dot``: one reduction per row (softmax, norms, losses)."""
+    names = tl_names(kernel.node, al)
+    return bool(names & REDUCTIONS) and "dot" not in names and "program_id" in names
+
+
 def loops(node: ast.AST) -> list[ast.For | ast.While]:
     """All loops inside a node."""
     return [n for n in ast.walk(node) if isinstance(n, (ast.For, ast.While))]

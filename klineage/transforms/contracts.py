@@ -1,7 +1,8 @@
 """What each optimization requires of a kernel, provides to it and conflicts with, as kernel features.
 
 A contract is stated in the names of ``kernel_features`` (plus two derived flags, ``FLAGS``), so the same
-analysis that describes a kernel to search checks it: an operator whose ``requires`` are missing, or one
+analysis that describes a kernel to search checks it (a feature that names an optimization is its
+operator's own ``detect``: ``Operator.feature``): an operator whose ``requires`` are missing, or one
 of whose ``conflicts`` is present, is not a move on that kernel (``facts.operator_anchors`` marks it
 absent with the reason, so search, the agent and the API all see it). The contracts are declared with
 each operator's meaning in mind and checked (``tests/transforms/test_contracts.py``) against every
@@ -66,9 +67,7 @@ CONTRACTS: dict[str, Contract] = {
                         conflicts=("epilogue_fusion", "persistent")),
     "persistent": Contract(requires=("has_dot",), provides=("persistent",)),
     "row-persistent": Contract(conflicts=("has_dot",)),
-    # provides nothing the features can see: ``mask_elision`` recognises the tl.load form only, and
-    # attention's elided masks (descriptor loads) show in no flag
-    "mask-elision": Contract(requires=("has_loop",)),
+    "mask-elision": Contract(requires=("has_loop",), provides=("mask_elision",)),
     "multi-row": Contract(requires=("row_reduction",)),
     "contiguity-hints": Contract(provides=("contiguity_hints",)),
     "eviction-hints": Contract(provides=("eviction_hints",), conflicts=("has_dot",)),
@@ -81,9 +80,8 @@ CONTRACTS: dict[str, Contract] = {
     "causal-skip": Contract(requires=("has_dot", "online_softmax"), provides=("causal_skip",)),
     # a row reduced along a 2-D tile's columns (decode attention's keys x head dim) would be a whole 2-D
     # block in registers, not a row
-    # provides no flag: ``single_pass_row`` is false on a kernel that is also multi-row, as the softmax and
-    # layernorm experts are
-    "single-pass-row": Contract(requires=("row_reduction",), conflicts=("multi_row",)),
+    "single-pass-row": Contract(requires=("row_reduction",), provides=("single_pass_row",),
+                               conflicts=("multi_row",)),
     # descriptors also need, at run time, a contiguous last dimension and 16-byte aligned base pointers and
     # row strides: no static flag can say so, so the launch apply writes checks them and raises otherwise
     # (the validator's correctness gate sees which shapes fail); a kernel already on descriptors or block

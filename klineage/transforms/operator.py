@@ -118,6 +118,11 @@ class Operator(ABC):
     """The parameter in which ``simplify`` records what it removed (a list of dicts)."""
     echo: ClassVar[tuple[str, ...]] = ()
     """Parameters the restoring ``apply`` reports in its ``Rewrite.params`` before the record."""
+    feature: ClassVar[str | None] = None
+    """The boolean kernel feature (``schema.kernel_features``) that names this optimization:
+    ``kernel_features`` sets it from this operator's ``detect`` (true exactly when an anchor is
+    "present"), so the features and the operators recognise each optimization one way. None for an
+    operator whose effect is a value (a tile, warps, stages) rather than a pattern."""
 
     # ------------------------------------------------------------------------------------ template
 
@@ -126,6 +131,10 @@ class Operator(ABC):
         none for a source that does not parse."""
         m = parse(source)
         return [] if m is None else self._detect(m)
+
+    def present_in(self, m: Module) -> bool:
+        """Whether ``detect`` finds the optimization present in the parsed module ``m``."""
+        return any(a.kind == "present" for a in self._detect(m))
 
     def simplify(self, source: str, **options: Any) -> Rewrite | None:
         """Remove the optimization; None when absent, not recognised or the source does not parse."""

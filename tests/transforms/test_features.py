@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from klineage.transforms.features import KERNEL_FEATURES, kernel_features, kernel_summary
-from tests.transforms.harness import WORKLOADS, naive_cases
+from klineage.transforms.registry import all_operators, get_operator
+from tests.transforms.harness import EXPERTS, WORKLOADS, naive_cases
 
 NAIVE = naive_cases()
 
@@ -14,6 +15,32 @@ def test_feature_names_are_complete() -> None:
     feats = kernel_features(NAIVE["naive_gemm"].source)
     assert tuple(feats) == KERNEL_FEATURES
     assert len(set(KERNEL_FEATURES)) == len(KERNEL_FEATURES)
+
+
+def _corpus() -> dict[str, str]:
+    sources = {name: case.source for name, case in NAIVE.items()}
+    sources.update({w: (WORKLOADS / w / "expert.py").read_text() for w in EXPERTS})
+    return sources
+
+
+def test_optimization_features_are_what_the_operators_detect() -> None:
+    """A feature that names an optimization (``Operator.feature``) is true exactly where one of its
+    operators detects the optimization present, on every naive kernel and expert; each is seen both
+    true and false somewhere, so the check is not vacuous."""
+    by_feature: dict[str, list] = {}
+    for op in all_operators():
+        if op.feature is not None:
+            assert op.feature in KERNEL_FEATURES, f"{op.id} names an unknown feature {op.feature}"
+            by_feature.setdefault(op.feature, []).append(op)
+    assert len(by_feature) >= 15
+    seen: dict[str, set[bool]] = {}
+    for name, source in _corpus().items():
+        feats = kernel_features(source)
+        for feature, ops in by_feature.items():
+            detected = any(op.present(source) for op in ops)
+            assert feats[feature] == detected, f"{name}: {feature} = {feats[feature]}, detect says {detected}"
+            seen.setdefault(feature, set()).add(detected)
+    assert sum(1 for values in seen.values() if values == {True, False}) >= 0.7 * len(by_feature), seen
 
 
 def test_gemm_features() -> None:
@@ -32,7 +59,9 @@ def test_row_kernel_features() -> None:
     ln = kernel_features(NAIVE["naive_layernorm"].source)
     assert ln["row_reduction"] and not ln["single_pass_row"] and ln["n_loops"] == 3 and ln["block_size"] == 64
     assert kernel_features(NAIVE["naive_gelu"].source)["elementwise"]
-    assert kernel_features(NAIVE["naive_rowsum"].source)["multi_row"]
+    # a 2-D [ROWS, BLOCK] tile launched with ROWS = 1: multi-row is where it could go, not present
+    rowsum = NAIVE["naive_rowsum"].source
+    assert not kernel_features(rowsum)["multi_row"] and get_operator("multi-row").applicable(rowsum)
 
 
 def test_attention_features() -> None:

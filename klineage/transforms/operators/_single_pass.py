@@ -16,6 +16,7 @@ from klineage.transforms._triton import (
     Kernel,
     Launch,
     dotted,
+    is_row_reduction,
     launch_args,
     range_call,
     single_value,
@@ -176,8 +177,7 @@ def looped_kernels(m: Module) -> list[Looped]:
             continue
         if len(k.node.decorator_list) != 1:
             continue
-        fcalls = {tl_func(n, m.al) for n in ast.walk(k.node)}
-        if "dot" in fcalls or not fcalls & {"sum", "max", "min"} or "program_id" not in fcalls:
+        if not is_row_reduction(k, m.al):
             continue
         las = m.launches_of(k)
         if len(las) != 1 or las[0].helper is not None:

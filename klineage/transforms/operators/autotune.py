@@ -40,6 +40,7 @@ class Autotune(Operator):
     """``@triton.autotune`` over tile sizes / warps / stages, keyed on the problem shape."""
 
     id = "autotune"
+    feature = "uses_autotune"
     name = "Autotune launch configurations"
     intent = "Let Triton pick tile sizes, warps and stages per problem shape instead of one fixed launch."
     carrier = "the kernel's decorators (@triton.autotune with configs and key) and the launch keywords"

@@ -50,6 +50,7 @@ class CausalSkip(Operator):
     the diagonal blocks only."""
 
     id = "causal-skip"
+    feature = "causal_skip"
     name = "Skip key blocks above the causal diagonal"
     intent = (
         "Stop the key loop of causal attention at the diagonal and run the blocks strictly below it "

@@ -18,6 +18,7 @@ class ContiguityHints(Operator):
     """``tl.multiple_of`` / ``tl.max_contiguous`` on block offsets."""
 
     id = "contiguity-hints"
+    feature = "contiguity_hints"
     name = "Contiguity and alignment hints"
     intent = "Tell the compiler that block offsets are contiguous and aligned so loads and stores vectorize."
     carrier = "offset expressions wrapped in tl.max_contiguous(tl.multiple_of(..., B), B)"

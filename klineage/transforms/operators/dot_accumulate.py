@@ -18,6 +18,7 @@ class DotAccumulate(ExpressionRewrite):
     into ``x = acc + tl.dot(a, b)`` (``x += tl.dot(a, b)`` when x is acc)."""
 
     id = "dot-accumulate"
+    feature = "dot_accumulate"
     name = "Accumulate inside tl.dot"
     intent = "Pass the accumulator to tl.dot so the MMA accumulates in place instead of a separate add."
     carrier = "acc += tl.dot(a, b) rewritten as acc = tl.dot(a, b, acc)"

@@ -39,6 +39,7 @@ class EpilogueFusion(Operator):
     """Bias / activation / residual applied to the fp32 accumulator before the store."""
 
     id = "epilogue-fusion"
+    feature = "epilogue_fusion"
     name = "Fuse the epilogue into the matmul"
     intent = (
         "Apply the elementwise epilogue (bias, activation, residual) to the fp32 accumulator in "

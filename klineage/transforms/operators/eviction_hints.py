@@ -41,6 +41,7 @@ class EvictionHints(Operator):
     """``eviction_policy`` on loads of row kernels."""
 
     id = "eviction-hints"
+    feature = "eviction_hints"
     name = "Cache eviction hints"
     intent = "Keep data that will be re-read in L2 (evict_last) and stream single-use data (evict_first)."
     carrier = "eviction_policy= keywords on tl.load"

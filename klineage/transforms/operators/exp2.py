@@ -19,6 +19,7 @@ class Exp2(ExpressionRewrite):
     other ``exp2(x)`` into ``exp(x * ln 2)``."""
 
     id = "exp2"
+    feature = "uses_exp2"
     name = "exp2 instead of exp"
     intent = "Compute exponentials with the hardware exp2 instruction, folding log2(e) into a multiply."
     carrier = "tl.exp calls rewritten as tl.exp2(x * 1.4426950408889634)"

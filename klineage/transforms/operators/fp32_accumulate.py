@@ -37,10 +37,11 @@ class Fp32Accumulate(ExpressionRewrite):
     first pointer parameter (and tl.dot the same ``out_dtype``)."""
 
     id = "fp32-accumulate"
+    feature = "fp32_accumulate"
     name = "fp32 accumulation"
     intent = "Upcast loaded values and accumulators to fp32 so reductions and dot products keep precision."
     carrier = ".to(tl.float32) on loads and dtype=tl.float32 accumulators (downcast at the store)"
-    anchor_predicate = "(has_dot or row_reduction) and not fp32_accumulate"
+    anchor_predicate = "row_reduction and not fp32_accumulate"
     anchor_description = "loads feeding reductions, or accumulators in the storage dtype"
 
     def _upcast_loads(self, m: Module) -> list[ast.Call]:

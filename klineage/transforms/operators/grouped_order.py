@@ -20,6 +20,7 @@ class GroupedOrder(Operator):
     """GROUP_SIZE_M program-id swizzle for L2 reuse."""
 
     id = "grouped-order"
+    feature = "grouped_order"
     name = "Grouped tile order"
     intent = (
         "Launch output tiles in groups of GROUP_SIZE_M rows so concurrent programs share A and B "

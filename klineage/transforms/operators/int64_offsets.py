@@ -16,6 +16,7 @@ class Int64Offsets(Operator):
     """64-bit row offsets."""
 
     id = "int64-offsets"
+    feature = "int64_offsets"
     name = "64-bit offsets"
     intent = "Compute row offsets in 64 bits so rows x stride beyond 2^31 elements do not overflow."
     carrier = "program-id derived indices cast with .to(tl.int64) before multiplying by a stride"

@@ -41,6 +41,7 @@ class MaskElision(Operator):
     """Unmasked loads when the shape divides the tile (EVEN_K style)."""
 
     id = "mask-elision"
+    feature = "mask_elision"
     name = "Elide boundary masks on divisible shapes"
     intent = (
         "Skip boundary masks when the problem size is a multiple of the tile, selected by a constexpr flag."

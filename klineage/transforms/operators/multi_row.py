@@ -27,10 +27,11 @@ class MultiRow(Operator):
     """Several rows per program (2-D tile) for short rows."""
 
     id = "multi-row"
+    feature = "multi_row"
     name = "Several rows per program"
     intent = "Pack several short rows into one 2-D tile per program so each program moves enough data."
     carrier = "the rows-per-program constexpr (a 2-D [ROWS, BLOCK] tile) set from the row width at launch"
-    anchor_predicate = "multi_row and row_reduction"
+    anchor_predicate = "row_reduction and not multi_row"
     anchor_description = "a row kernel written over a 2-D [ROWS, BLOCK] tile"
     params = (Param("tile_elems"),)
     record = "sites"

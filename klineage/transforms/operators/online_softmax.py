@@ -13,7 +13,7 @@ from typing import Any
 
 from klineage.transforms._module import Module
 from klineage.transforms._source import Edit, apply_edits
-from klineage.transforms._triton import Kernel, dotted, tl_call, tl_func, unique_name
+from klineage.transforms._triton import Kernel, dotted, loops, tl_call, tl_func, unique_name
 from klineage.transforms.operator import Anchor, Operator, Param, Rewrite
 from klineage.transforms.operators._common import anchor
 from klineage.transforms.operators._statements import assign, bodies, name_of, stmt_span, uses
@@ -44,6 +44,50 @@ def _header(m: Module, stmt: ast.stmt) -> str | None:
     if isinstance(stmt, ast.If) and not stmt.orelse:
         return f"if {m.src.seg(stmt.test)}"
     return None
+
+
+def _own_nodes(loop: ast.For | ast.While) -> list[ast.AST]:
+    """The nodes of a loop's body and else, not those inside a loop nested in it."""
+    out: list[ast.AST] = []
+    todo: list[ast.AST] = [*loop.body, *loop.orelse]
+    while todo:
+        n = todo.pop()
+        out.append(n)
+        if not isinstance(n, (ast.For, ast.While)):
+            todo.extend(ast.iter_child_nodes(n))
+    return out
+
+
+def _running_max_loops(m: Module, k: Kernel) -> list[ast.For | ast.While]:
+    """Loops of ``k`` that grow a running max (``new = tl.maximum(old, ...)``) and, in the same loop (not
+    a nested or an enclosing one), rescale by the exponential of an expression reading both the old and
+    the new max: an online softmax in any form, row or attention. A max pass followed by a separate
+    sum-of-exp pass (``m = tl.maximum(m, ...)``, then ``exp(x - m)``) rescales nothing and is not one."""
+    out = []
+    for loop in loops(k.node):
+        own = _own_nodes(loop)
+        aliases = {st.targets[0].id: st.value.id for st in own
+                   if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+                   and isinstance(st.value, ast.Name)}
+        pairs = set()
+        for st in own:
+            if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+                    and isinstance(st.value, ast.Call) and tl_func(st.value, m.al) == "maximum"):
+                continue
+            new = st.targets[0].id
+            for arg in st.value.args:
+                if isinstance(arg, ast.Name):
+                    if arg.id != new:
+                        pairs.add((new, arg.id))
+                    # ``old = m; m = tl.maximum(m, ...)``: the rescale reads the saved copy
+                    pairs.update((new, saved) for saved, source in aliases.items() if source == new)
+        for n in own:
+            if _is_exp(m, n):
+                read = {x.id for x in ast.walk(n.args[0]) if isinstance(x, ast.Name)}  # type: ignore[attr-defined]
+                if any(new in read and old in read for new, old in pairs):
+                    out.append(loop)
+                    break
+    return out
 
 
 @dataclass(frozen=True)
@@ -199,6 +243,7 @@ class OnlineSoftmax(Operator):
     """One pass over the column chunks with a running max and a rescaled running sum."""
 
     id = "online-softmax"
+    feature = "online_softmax"
     name = "Online softmax (running max and rescaled sum)"
     intent = (
         "Fuse the max pass and the sum-of-exponentials pass over a row's column chunks into one pass "
@@ -309,13 +354,22 @@ class OnlineSoftmax(Operator):
         return mid, mid + len(p1), parts_out
 
     def _detect(self, m: Module) -> list[Anchor]:
-        """Online updates (present); a max pass followed by a sum-of-exp pass (applicable)."""
+        """Online updates (present); any other loop that rescales exponentials by a running max, as
+        attention's key loop does (present, though simplify splits only row reductions); a max pass
+        followed by a sum-of-exp pass (applicable)."""
         out = []
-        for r in self._regions(m):
+        regions = self._regions(m)
+        for r in regions:
             k = r.kernel
             a = anchor("present", r.body[r.start], f"{k.name}: running max and rescaled sum over chunks", k)
             last = r.body[r.end - 1].end_lineno or a.end_line
             out.append(Anchor("present", a.start_line, last, a.description, k.name))
+        covered = {id(n) for r in regions for st in r.body[r.start:r.end] for n in ast.walk(st)}
+        for k in m.kernels:
+            for loop in _running_max_loops(m, k):
+                if id(loop) not in covered:
+                    out.append(anchor("present", loop, f"{k.name}: a loop rescaling exponentials by a running "
+                                      "max (simplify splits only row reductions)", k))
         for tp in self._two_pass(m):
             k = tp.kernel
             a = anchor("applicable", tp.body[tp.start], f"{k.name}: max pass then sum-of-exp pass", k)

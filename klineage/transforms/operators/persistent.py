@@ -9,6 +9,7 @@ class Persistent(PersistentLoop):
     """Persistent tl.dot kernels: grid = #SMs, programs loop over output tiles."""
 
     id = "persistent"
+    feature = "persistent"
     name = "Persistent tile loop"
     intent = (
         "Launch about one program per SM and let each loop over output tiles, amortizing launch and prologue."

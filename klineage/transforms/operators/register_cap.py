@@ -66,6 +66,7 @@ class RegisterCap(Operator):
     """A register cap (maxnreg) that fits one more program of a tensor-core kernel on each SM."""
 
     id = "register-cap"
+    feature = "register_cap"
     name = "Cap registers for one more program per SM"
     intent = (
         "Cap the registers per thread (maxnreg) so a second program of a tensor-core kernel fits on each "

@@ -9,6 +9,7 @@ class RowPersistent(PersistentLoop):
     """Row kernels whose programs loop over rows."""
 
     id = "row-persistent"
+    feature = "persistent"
     name = "Row-persistent grid"
     intent = (
         "Size the grid by occupancy and let each program stride over rows instead of one program per row."

@@ -17,6 +17,7 @@ class Rsqrt(ExpressionRewrite):
     ``y / tl.sqrt(x)`` into ``y * tl.rsqrt(x)``; simplify turns ``tl.rsqrt(x)`` into ``1.0 / tl.sqrt(x)``."""
 
     id = "rsqrt"
+    feature = "uses_rsqrt"
     name = "rsqrt instead of 1/sqrt"
     intent = "Replace a square root and a division by one reciprocal-square-root instruction."
     carrier = "1.0 / tl.sqrt(x) (or y / tl.sqrt(x)) rewritten with tl.rsqrt"

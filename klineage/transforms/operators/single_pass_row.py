@@ -16,9 +16,20 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from klineage.transforms._module import Module
-from klineage.transforms._source import Edit, Src, apply_edits, reindent, shifted_edit
-from klineage.transforms._triton import launch_args, unique_name
+from klineage.transforms._source import Edit, Src, apply_edits, int_const, reindent, shifted_edit
+from klineage.transforms._triton import (
+    REDUCTIONS,
+    Kernel,
+    is_row_reduction,
+    kwarg,
+    launch_args,
+    loops,
+    tl_func,
+    tl_names,
+    unique_name,
+)
 from klineage.transforms.operator import Anchor, Operator, Param, Rewrite
+from klineage.transforms.operators._common import anchor
 from klineage.transforms.operators._single_pass import Dispatch, dispatches, looped_kernels, single_pass_kernel
 from klineage.transforms.operators._statements import all_names
 
@@ -31,11 +42,33 @@ def _whole_lines(src: Src, stmt: ast.stmt, comments: bool = True) -> tuple[int, 
     return first, last
 
 
+def _reduces_across_columns_of_a_2d_tile(m: Module, k: Kernel) -> bool:
+    """A reduction along axis 1: the kernel holds a 2-D tile of several rows (multi-row)."""
+    for n in ast.walk(k.node):
+        if isinstance(n, ast.Call) and tl_func(n, m.al) in REDUCTIONS:
+            axis = kwarg(n, "axis")
+            if axis is None and len(n.args) >= 2:
+                axis = n.args[1]
+            if int_const(axis) == 1:
+                return True
+    return False
+
+
+def whole_row_kernels(m: Module) -> list[Kernel]:
+    """Row kernels (one row per program) that hold the whole row in one tile: no loop loads."""
+    return [
+        k for k in m.kernels
+        if is_row_reduction(k, m.al) and not _reduces_across_columns_of_a_2d_tile(m, k)
+        and not any("load" in tl_names(loop, m.al) for loop in loops(k.node))
+    ]
+
+
 class SinglePassRow(Operator):
     """Rows that fit in registers are read once by a single-pass kernel; longer rows keep the
     column-looped kernel."""
 
     id = "single-pass-row"
+    feature = "single_pass_row"
     name = "Single-pass rows (the whole row in registers when it fits)"
     intent = (
         "Give rows up to SINGLE_PASS_MAX columns a kernel that holds the whole row in registers "
@@ -57,15 +90,20 @@ class SinglePassRow(Operator):
     default_params: ClassVar[Mapping[str, Any]] = {"max_cols": 8192}
 
     def _detect(self, m: Module) -> list[Anchor]:
-        """The host dispatch to a single-pass kernel (present); a column-looped row kernel
-        (applicable)."""
+        """The host dispatch to a single-pass kernel, or a row kernel that holds its whole row in one
+        tile (present); a column-looped row kernel (applicable)."""
         out = []
-        for d in dispatches(m):
+        found = dispatches(m)
+        for d in found:
             out.append(Anchor(
                 "present", d.node.lineno, d.node.end_lineno or d.node.lineno,
                 f"{d.func.name}: rows that fit launch {d.single} (whole row in registers), "
                 f"longer rows {d.looped}", d.single,
             ))
+        dispatched = {n for d in found for n in (d.single, d.looped)}
+        for k in whole_row_kernels(m):
+            if k.name not in dispatched:
+                out.append(anchor("present", k.node, f"{k.name}: the whole row in one tile (no column loop)", k))
         for lp in looped_kernels(m):
             out.append(Anchor(
                 "applicable", lp.loops[0].lineno, lp.loops[-1].end_lineno or lp.loops[-1].lineno,

@@ -124,6 +124,7 @@ class SplitK(Operator):
     """K partitioned across programs, fp32 partials reduced by a second kernel."""
 
     id = "split-k"
+    feature = "split_k"
     name = "Split K across programs"
     intent = (
         "Give a matmul with few output tiles and a long K loop more programs: each computes a slice of "

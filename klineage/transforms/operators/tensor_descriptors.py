@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from klineage.schema import pyast
 from klineage.transforms._module import Module
 from klineage.transforms._source import Edit, int_const, str_const
 from klineage.transforms._triton import (
@@ -65,13 +66,14 @@ class Plan:
 
 
 def _names(text: str) -> set[str]:
-    return {n.id for n in ast.walk(ast.parse(text, mode="eval")) if isinstance(n, ast.Name)}
+    return {n.id for n in ast.walk(pyast.parse(text, mode="eval")) if isinstance(n, ast.Name)}
 
 
 class TensorDescriptors(Operator):
     """A matmul's tile loads and output store through device-side tensor descriptors (TMA)."""
 
     id = "tensor-descriptors"
+    feature = "uses_tma"
     name = "Tensor descriptors (TMA) for the tile loads and store"
     intent = (
         "Load a matmul's operand tiles (and store its output tile) through device-side tensor descriptors: "
@@ -241,7 +243,7 @@ class TensorDescriptors(Operator):
         """The guard (alignment, unit inner strides) and the allocator, right before the launch."""
 
         def host(text: str) -> str:
-            node = ast.parse(text, mode="eval")
+            node = pyast.parse(text, mode="eval")
             spans = sorted(((n.col_offset, n.end_col_offset, n.id) for n in ast.walk(node)
                             if isinstance(n, ast.Name)), reverse=True)
             for start, end, name in spans:
