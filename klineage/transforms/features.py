@@ -196,7 +196,8 @@ def _features(source: str) -> dict[str, Any]:
     src = Src(source)
     al = aliases(src.tree)
     ks = kernels(src.tree, al)
-    launched = {launch.kernel for launch in launches(src.tree, ks)}
+    kernel_launches = launches(src.tree, ks)
+    launched = {launch.kernel for launch in kernel_launches}
     calls = [fc for k in ks for fc in _calls(k.node, al)]
     names = {f for f, _ in calls}
     n_cfg = sum(len(autotune_configs(k.autotune, al, src.tree)) for k in ks)
@@ -217,7 +218,7 @@ def _features(source: str) -> dict[str, Any]:
         "uses_mask": any(_uses_mask(k, al) for k in ks),
     }
     feats["elementwise"] = bool(ks) and not feats["has_dot"] and not (names & REDUCTIONS)
-    feats.update(_optimizations(Module(src, al, ks, launches(src.tree, ks))))
+    feats.update(_optimizations(Module(src, al, ks, kernel_launches)))
     return {name: feats[name] for name in KERNEL_FEATURES}
 
 

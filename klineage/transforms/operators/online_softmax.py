@@ -16,7 +16,7 @@ from klineage.transforms._source import Edit, apply_edits
 from klineage.transforms._triton import Kernel, dotted, loops, tl_call, tl_func, unique_name
 from klineage.transforms.operator import Anchor, Operator, Param, Rewrite
 from klineage.transforms.operators._common import anchor
-from klineage.transforms.operators._statements import assign, bodies, name_of, stmt_span, uses
+from klineage.transforms.operators._statements import all_names, assign, bodies, name_of, stmt_span, uses
 
 
 def _sub_names(m: Module, node: ast.AST, mapping: dict[str, str]) -> str:
@@ -66,27 +66,15 @@ def _running_max_loops(m: Module, k: Kernel) -> list[ast.For | ast.While]:
     out = []
     for loop in loops(k.node):
         own = _own_nodes(loop)
-        aliases = {st.targets[0].id: st.value.id for st in own
-                   if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
-                   and isinstance(st.value, ast.Name)}
+        assigned = [a for st in own if isinstance(st, ast.stmt) and (a := assign(st)) is not None]
         pairs = set()
-        for st in own:
-            if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
-                    and isinstance(st.value, ast.Call) and tl_func(st.value, m.al) == "maximum"):
-                continue
-            new = st.targets[0].id
-            for arg in st.value.args:
-                if isinstance(arg, ast.Name):
-                    if arg.id != new:
-                        pairs.add((new, arg.id))
-                    # ``old = m; m = tl.maximum(m, ...)``: the rescale reads the saved copy
-                    pairs.update((new, saved) for saved, source in aliases.items() if source == new)
-        for n in own:
-            if _is_exp(m, n):
-                read = {x.id for x in ast.walk(n.args[0]) if isinstance(x, ast.Name)}  # type: ignore[attr-defined]
-                if any(new in read and old in read for new, old in pairs):
-                    out.append(loop)
-                    break
+        for new, value in assigned:
+            if isinstance(value, ast.Call) and tl_func(value, m.al) == "maximum":
+                pairs |= {(new, old) for old in map(name_of, value.args) if old is not None and old != new}
+                # ``old = m; m = tl.maximum(m, ...)``: the rescale reads the saved copy
+                pairs |= {(new, saved) for saved, source in assigned if name_of(source) == new}
+        if any(_is_exp(m, n) and any({new, old} <= all_names([n]) for new, old in pairs) for n in own):
+            out.append(loop)
     return out
 
 

@@ -54,7 +54,7 @@ def _reduces_across_columns_of_a_2d_tile(m: Module, k: Kernel) -> bool:
     return False
 
 
-def whole_row_kernels(m: Module) -> list[Kernel]:
+def _whole_row_kernels(m: Module) -> list[Kernel]:
     """Row kernels (one row per program) that hold the whole row in one tile: no loop loads."""
     return [
         k for k in m.kernels
@@ -101,7 +101,7 @@ class SinglePassRow(Operator):
                 f"longer rows {d.looped}", d.single,
             ))
         dispatched = {n for d in found for n in (d.single, d.looped)}
-        for k in whole_row_kernels(m):
+        for k in _whole_row_kernels(m):
             if k.name not in dispatched:
                 out.append(anchor("present", k.node, f"{k.name}: the whole row in one tile (no column loop)", k))
         for lp in looped_kernels(m):
