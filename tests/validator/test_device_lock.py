@@ -1,4 +1,4 @@
-"""The device lock: checking gates share the GPU, a timed case has it alone, and timing is not starved."""
+"""The device lock: checking gates share the GPU, a timed case has it alone, and neither is starved."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_a_timed_case_waits_for_checks_and_excludes_new_ones() -> None:
     late = threading.Thread(target=late_check)
     late.start()
     time.sleep(0.05)
-    assert "late check" not in events  # writer preference: no new check starts while timing waits
+    assert "late check" not in events  # no new check starts while a timing run waits
     check_may_end.set()
     for thread in (first, timer, late):
         thread.join(5)
@@ -96,3 +96,74 @@ def test_each_thread_accounts_the_time_it_waited_for_the_device() -> None:
     with lock.shared():
         pass
     assert waited_s() - before < 0.05  # an uncontended hold waits for nothing
+
+
+def test_checks_are_not_starved_by_a_stream_of_timing_runs() -> None:
+    """Phase-fair: a check waits for the timing run in progress (or queued) when it arrives, not for every
+    timing run queued after it (writer preference alone kept an integrity gate waiting a minute)."""
+    lock = DeviceLock()
+    phases = [0]
+    stop = threading.Event()
+
+    def timer() -> None:
+        while not stop.is_set():
+            with lock.exclusive():
+                phases[0] += 1
+                time.sleep(0.01)
+
+    waits: list[int] = []
+
+    def checks() -> None:
+        for _ in range(5):
+            arrived = phases[0]
+            with lock.shared():
+                assert not lock.state()[1]  # never together with a timed case
+                waits.append(phases[0] - arrived)
+
+    timers = [threading.Thread(target=timer) for _ in range(3)]
+    for thread in timers:
+        thread.start()
+    checker = threading.Thread(target=checks)
+    try:
+        _wait_for(lambda: phases[0] >= 5)
+        checker.start()
+        checker.join(5)  # 5 checks behind 10 ms timing runs: well under a second when they are not starved
+        finished = not checker.is_alive()
+    finally:
+        stop.set()
+        for thread in (*timers, checker):
+            if thread.ident is not None:
+                thread.join(5)
+    assert finished, f"5 checks did not get the device in 5 s ({len(waits)} did) under a stream of timing runs"
+    assert max(waits) <= 2, f"a check waited through {max(waits)} timing runs"
+
+
+def test_checks_queued_behind_a_timing_run_go_before_the_next_one() -> None:
+    lock = DeviceLock()
+    events: list[str] = []
+    first_may_end = threading.Event()
+
+    def timing(name: str, hold: threading.Event | None = None) -> None:
+        with lock.exclusive():
+            events.append(f"{name} start")
+            if hold is not None:
+                hold.wait(5)
+            events.append(f"{name} end")
+
+    def check() -> None:
+        with lock.shared():
+            events.append("check")
+
+    first = threading.Thread(target=timing, args=("timing 1", first_may_end))
+    first.start()
+    _wait_for(lambda: lock.state()[1])
+    queued_check = threading.Thread(target=check)
+    queued_check.start()
+    time.sleep(0.05)
+    second = threading.Thread(target=timing, args=("timing 2",))
+    second.start()
+    _wait_for(lambda: lock.state()[2] == 1)
+    first_may_end.set()
+    for thread in (first, queued_check, second):
+        thread.join(5)
+    assert events == ["timing 1 start", "timing 1 end", "check", "timing 2 start", "timing 2 end"]
