@@ -112,18 +112,24 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def from_cache(path: Path) -> dict[str, Any]:
-    """Seconds per candidate and per gate as an evaluation's result cache recorded them (see the docstring)."""
+SPLIT = ("lock_wait_s", "worker_round_trip_s", "worker_busy_s")  # where a gate's wall time went (runner metrics)
+
+
+def from_cache(path: Path, since: datetime | None = None, until: datetime | None = None) -> dict[str, Any]:
+    """Seconds per candidate and per gate as an evaluation's result cache recorded them (see the docstring),
+    of the results written in [``since``, ``until``) when given (before/after a change, on one card)."""
     import sqlite3
 
     if not path.is_file():
         raise SystemExit(f"--from-cache {path}: no such file (an evaluation's validator result cache)")
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
         rows = db.execute("SELECT workload, created, doc FROM results").fetchall()
+    rows = [r for r in rows if (since is None or datetime.fromisoformat(r[1]) >= since)
+            and (until is None or datetime.fromisoformat(r[1]) < until)]
     if not rows:
-        raise SystemExit(f"--from-cache {path}: no results in it")
+        raise SystemExit(f"--from-cache {path}: no results in it" + (" in that period" if since or until else ""))
     per_gate: dict[str, list[float]] = {}
-    waits: dict[str, list[float]] = {}
+    split: dict[str, dict[str, list[float]]] = {key: {} for key in SPLIT}
     totals: list[float] = []
     gpus: set[str] = set()
     for _workload, _created, doc in rows:
@@ -136,8 +142,9 @@ def from_cache(path: Path) -> dict[str, Any]:
                 continue
             per_gate.setdefault(gate["gate"], []).append(float(metrics["gate_wall_s"]))
             total += float(metrics["gate_wall_s"])
-            if metrics.get("lock_wait_s") is not None:
-                waits.setdefault(gate["gate"], []).append(float(metrics["lock_wait_s"]))
+            for key in SPLIT:
+                if metrics.get(key) is not None:
+                    split[key].setdefault(gate["gate"], []).append(float(metrics[key]))
         totals.append(total)
     created = sorted(datetime.fromisoformat(r[1]) for r in rows)
     span_s = max((created[-1] - created[0]).total_seconds(), 1.0)
@@ -147,7 +154,7 @@ def from_cache(path: Path) -> dict[str, Any]:
             "candidate_p50_s": statistics.median(totals), "candidate_p90_s": _quantile(totals, 0.9),
             "gate_p50_s": {g: statistics.median(v) for g, v in per_gate.items()},
             "gate_p90_s": {g: _quantile(v, 0.9) for g, v in per_gate.items()},
-            "lock_wait_p50_s": {g: statistics.median(v) for g, v in waits.items()}}
+            **{f"{key[:-2]}_p50_s": {g: statistics.median(v) for g, v in split[key].items()} for key in SPLIT}}
 
 
 def _free_port() -> int:
@@ -209,17 +216,24 @@ def main() -> int:
     parser.add_argument("--cpu", action="store_true", help="interpreter mode for the job figures, even on a GPU")
     parser.add_argument("--from-cache", type=Path, help="an evaluation's result cache: what the validator cost there "
                         "(reads only; nothing else is measured)")
+    parser.add_argument("--since", type=datetime.fromisoformat, help="with --from-cache: results written at or "
+                        "after this ISO time only (e.g. 2026-12-06T00:00:00+00:00)")
+    parser.add_argument("--until", type=datetime.fromisoformat, help="with --from-cache: results written before "
+                        "this ISO time only")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.from_cache:
-        found = from_cache(args.from_cache)
+        found = from_cache(args.from_cache, args.since, args.until)
         print(f"{found['candidates']} candidates of {found['workloads']} workloads on {', '.join(found['gpus'])}, "
               f"written over {found['span_s']:.0f} s: {found['candidates_per_minute']:.1f} candidates/minute")
         print(f"seconds per candidate: p50 {found['candidate_p50_s']:.1f}, p90 {found['candidate_p90_s']:.1f}")
         for gate, p50 in found["gate_p50_s"].items():
-            wait = found["lock_wait_p50_s"].get(gate)
+            parts = [f"{label} {found[key[:-2] + '_p50_s'][gate]:.2f}"
+                     for key, label in zip(SPLIT, ("queued for the device", "waiting on the worker",
+                                                   "worker working"), strict=True)
+                     if gate in found[key[:-2] + "_p50_s"]]
             print(f"  {gate:<12} p50 {p50:7.2f} s  p90 {found['gate_p90_s'][gate]:7.2f} s"
-                  + (f"  (of which waiting for the device p50 {wait:.2f} s)" if wait is not None else ""))
+                  + (f"  (p50s: {', '.join(parts)})" if parts else ""))
         if args.out:
             args.out.write_text(json.dumps(found, indent=2, default=str))
         return 0

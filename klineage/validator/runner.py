@@ -334,11 +334,14 @@ def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes:
                     for gate in phase_gates:
                         current, started = gate, True
                         gate_start, waited = time.monotonic(), waited_s()
+                        trips, busy = candidate.round_trip_s, candidate.worker_busy_s
                         outcome = _one_gate(gate, candidate, load_error, reference, manifest, grid, where,
                                             on_gpu, uses_dot, findings, seeds, ceilings, timing, rep_ms)
                         metrics = {**outcome.get("metrics", {}), **limit.metrics(),
                                    "gate_wall_s": round(time.monotonic() - gate_start, 3),
-                                   "lock_wait_s": round(waited_s() - waited, 3)}
+                                   "lock_wait_s": round(waited_s() - waited, 3),
+                                   "worker_round_trip_s": round(candidate.round_trip_s - trips, 3),
+                                   "worker_busy_s": round(candidate.worker_busy_s - busy, 3)}
                         outcomes[gate] = GateOutcome(gate, outcome["status"], outcome.get("reason", ""), metrics)
                         if outcome["status"] == "fail":
                             break

@@ -63,9 +63,19 @@ class RemoteCandidate:
         # CUDA IPC instead of the socket for tensors on the GPU (``ipc``); off for the rest of the job after
         # the first failure, which falls back to the socket for that message.
         self.ipc = device.startswith("cuda") and ipc.enabled()
+        # Where the job's time went (gate metrics, diagnostic only): waiting on the worker's answers, and
+        # the part of that the worker says it spent working (the rest is transfer and scheduling).
+        self.round_trip_s = 0.0
+        self.worker_busy_s = 0.0
 
     def _ask(self, header: dict[str, Any], payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
+        began = time.monotonic()
         reply, blob = self.worker.request(header, payload, self.deadline)
+        took = time.monotonic() - began
+        self.round_trip_s += took
+        busy = reply.get("busy_s")
+        if isinstance(busy, int | float) and math.isfinite(busy):
+            self.worker_busy_s += min(max(float(busy), 0.0), took)  # the worker's word, bounded by what we saw
         if reply.get("ok") is not True:
             raise CandidateError(str(reply.get("error", "the worker answered without ok"))[:600])
         return reply, blob

@@ -32,6 +32,7 @@ import os
 import platform
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -135,10 +136,13 @@ class Server:
             if handler is None:
                 send_message(self.sock, {"ok": False, "error": f"unknown op {op!r}"})
                 continue
+            began = time.perf_counter()
             try:
                 reply, blob = handler(header, payload)
             except Exception as exc:  # the candidate's failure (or the worker's): reported, never a pass
                 reply, blob = {"ok": False, "error": one_line(exc), "error_type": type(exc).__name__}, b""
+            # where a job's time goes (diagnostic only: the trusted side never decides on it)
+            reply["busy_s"] = round(time.perf_counter() - began, 6)
             send_message(self.sock, reply, blob)
             if op == "quit":
                 return 0

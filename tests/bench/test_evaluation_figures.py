@@ -74,3 +74,34 @@ def test_the_walk_follows_the_kernels_the_agent_kept(tmp_path: Path) -> None:
 
     gains = [o.gain for o in profitability.observations([{**row, "instance": "rmsnorm"}], EmbeddedStore(tmp_path))]
     assert gains == pytest.approx([2.0, 2 / 3, 2.0])  # 4->2 kept; 2->3 not kept; 2->1
+
+
+def test_the_validator_cost_of_an_evaluation_is_split_by_gate_and_period(tmp_path: Path) -> None:
+    import json
+    import sqlite3
+    from datetime import datetime
+
+    validator_bench = _bench("validator")
+    path = tmp_path / "cache.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE results (key TEXT PRIMARY KEY, created TEXT NOT NULL, kernel_sha TEXT NOT NULL, "
+                   "workload TEXT NOT NULL, doc TEXT NOT NULL)")
+        for i, (created, wall, wait) in enumerate((("2026-12-05T10:00:00+00:00", 60.0, None),
+                                                   ("2026-12-06T10:00:00+00:00", 10.0, 4.0),
+                                                   ("2026-12-06T10:01:00+00:00", 20.0, 6.0))):
+            metrics = {"gate_wall_s": wall, "worker_round_trip_s": wall / 2, "worker_busy_s": wall / 4}
+            if wait is not None:
+                metrics["lock_wait_s"] = wait
+            doc = {"gpu": "G", "gates": [{"gate": "integrity", "status": "pass", "metrics": metrics},
+                                         {"gate": "performance", "status": "skipped", "metrics": {}}]}
+            db.execute("INSERT INTO results VALUES (?, ?, ?, ?, ?)", (str(i), created, "s", "w", json.dumps(doc)))
+    before = validator_bench.from_cache(path, until=datetime.fromisoformat("2026-12-06T00:00:00+00:00"))
+    after = validator_bench.from_cache(path, since=datetime.fromisoformat("2026-12-06T00:00:00+00:00"))
+    assert before["candidates"] == 1 and before["gate_p50_s"] == {"integrity": 60.0}
+    assert "integrity" not in before["lock_wait_p50_s"]  # not recorded then: not shown as zero
+    assert after["candidates"] == 2 and after["gate_p50_s"] == {"integrity": 15.0}
+    assert after["lock_wait_p50_s"] == {"integrity": 5.0}
+    assert after["worker_round_trip_p50_s"] == {"integrity": 7.5} and after["worker_busy_p50_s"] == {"integrity": 3.75}
+    assert after["candidates_per_minute"] == 2.0  # two results written 60 s apart
+    with pytest.raises(SystemExit, match="in that period"):
+        validator_bench.from_cache(path, since=datetime.fromisoformat("2027-01-01T00:00:00+00:00"))

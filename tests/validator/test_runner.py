@@ -164,3 +164,15 @@ def test_time_limit_is_derived_from_the_work_and_stated(validator: LocalValidato
         assert 180 < metrics["time_limit_s"] < 3600 and metrics["time_limit_basis"].startswith("derived: 4 cases")
     quick = validator.validate(source + "# override\n", ROWSUM, gates=["correctness"], timeout_s=42)
     assert quick.gate("correctness").metrics["time_limit_s"] == 42  # type: ignore[union-attr]
+
+
+def test_each_gate_says_where_its_time_went(validator: LocalValidator) -> None:
+    """Wall time, device-lock queueing, and the worker's share (round trips, and the part the worker spent
+    working): bench/validator.py splits a candidate's cost with them."""
+    source = (ROWSUM / "kernel.py").read_text() + "\n# where the time went\n"
+    result = validator.validate(source, ROWSUM, gates=["compile", "correctness", "integrity"])
+    for gate in ("compile", "correctness", "integrity"):
+        metrics = result.gate(gate).metrics  # type: ignore[union-attr]
+        wall, trips, busy = metrics["gate_wall_s"], metrics["worker_round_trip_s"], metrics["worker_busy_s"]
+        assert metrics["lock_wait_s"] == 0.0  # no device lock on CPU
+        assert 0.0 < busy <= trips <= wall + 1e-3, (gate, wall, trips, busy)
