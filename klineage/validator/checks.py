@@ -244,48 +244,25 @@ def run_correctness(runner: CandidateRunner, reference: Any, manifest: Any, shap
                     hold: Callable[[bool], AbstractContextManager[None]] = no_hold) -> dict[str, Any]:
     """The correctness gate over ``shapes`` × the manifest's dtypes; returns an outcome dict.
 
-    ``hold(exclusive)`` is entered around each checked call (inputs, reference, candidate, comparison):
-    the device is shared with other jobs' checks only between calls, so a timing run never waits long.
+    ``hold(exclusive)`` is entered around each (shape, dtype) case, every seed and pinned config of it
+    (inputs, reference, candidate, comparison): a timing run waits for at most one case of this gate, and
+    the gate for at most one timed case per case (the device lock is phase-fair).
     """
     worst: dict[str, float] = {}
     judged = 0
     skipped: list[str] = []
     configs = max(1, int(runner.configs))
-    calls = max(seeds, configs) if configs > 1 else seeds
     for shape in shapes:
         for dtype in manifest.dtypes:
             if interpret and dtype == "bf16" and uses_dot:
                 skipped.append(case_label(shape, dtype))
                 continue
-            tol = float(manifest.tolerance[dtype])
-            for i in range(calls):
-                seed = 1 + (i % seeds)
-                dist = DISTRIBUTIONS[(seed - 1) % len(DISTRIBUTIONS)]
-                label = case_label(shape, dtype, seed, dist)
-                config = i % configs if configs > 1 else None
-                if config is not None:
-                    label += f" config {config}"
-                with hold(False):
-                    try:
-                        made = reference.make_inputs(dict(shape), dtype, seed, device=device)
-                        inputs = transform_inputs(made, dist, seed)
-                        ref_out = reference.reference(*clone_inputs(inputs))
-                        _sync(device)
-                    except Exception as exc:
-                        return {"status": "fail", "reason": f"the workload's reference failed on {label}: "
-                                f"{one_line(exc)}", "metrics": {}}
-                    try:
-                        result = runner.call("correctness", inputs, config=config)
-                    except CandidateError as exc:
-                        return {"status": "fail", "reason": f"run raised on {label}: {exc}",
-                                "metrics": {"case": label}}
-                    findings.add(result)
-                    try:
-                        rel = judge(result, ref_out, tol)
-                    except CaseFailure as exc:
-                        return {"status": "fail", "reason": f"{label}: {exc}", "metrics": {"case": label}}
-                worst[dtype] = max(worst.get(dtype, 0.0), rel)
-                judged += 1
+            with hold(False):
+                outcome = _correctness_case(runner, reference, shape, dtype, device, findings, seeds, configs,
+                                            float(manifest.tolerance[dtype]), worst)
+            if outcome is not None:
+                return outcome
+            judged += _calls_per_case(seeds, configs)
     metrics: dict[str, Any] = {
         "cases": judged, "skipped_cases": skipped, "seeds_per_case": seeds,
         "distributions": list(DISTRIBUTIONS), "max_rel_err": worst,
@@ -307,6 +284,44 @@ def run_correctness(runner: CandidateRunner, reference: Any, manifest: Any, shap
             "reason": f"{judged} cases within tolerance ({len(shapes)} shapes, {seeds} seeds each, "
                       f"{'/'.join(DISTRIBUTIONS)}{pinned}); max rel err {errs}{skip_note}"}
 
+
+
+def _calls_per_case(seeds: int, configs: int) -> int:
+    """Checked calls per (shape, dtype): every seed, and every autotune config pinned at least once."""
+    return max(seeds, configs) if configs > 1 else seeds
+
+
+def _correctness_case(runner: CandidateRunner, reference: Any, shape: dict, dtype: str, device: str,
+                      findings: Findings, seeds: int, configs: int, tol: float,
+                      worst: dict[str, float]) -> dict[str, Any] | None:
+    """One (shape, dtype) of the correctness gate, every seed and pinned config: a failing outcome, or None
+    when every call was within ``tol`` (``worst`` updated with the largest relative error)."""
+    for i in range(_calls_per_case(seeds, configs)):
+        seed = 1 + (i % seeds)
+        dist = DISTRIBUTIONS[(seed - 1) % len(DISTRIBUTIONS)]
+        label = case_label(shape, dtype, seed, dist)
+        config = i % configs if configs > 1 else None
+        if config is not None:
+            label += f" config {config}"
+        try:
+            made = reference.make_inputs(dict(shape), dtype, seed, device=device)
+            inputs = transform_inputs(made, dist, seed)
+            ref_out = reference.reference(*clone_inputs(inputs))
+            _sync(device)
+        except Exception as exc:
+            return {"status": "fail", "reason": f"the workload's reference failed on {label}: {one_line(exc)}",
+                    "metrics": {}}
+        try:
+            result = runner.call("correctness", inputs, config=config)
+        except CandidateError as exc:
+            return {"status": "fail", "reason": f"run raised on {label}: {exc}", "metrics": {"case": label}}
+        findings.add(result)
+        try:
+            rel = judge(result, ref_out, tol)
+        except CaseFailure as exc:
+            return {"status": "fail", "reason": f"{label}: {exc}", "metrics": {"case": label}}
+        worst[dtype] = max(worst.get(dtype, 0.0), rel)
+    return None
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)

@@ -397,12 +397,12 @@ def _one_gate(gate: str, candidate: RemoteCandidate, load_error: str | None, ref
         if load_error is not None:
             return {"status": "fail", "reason": f"candidate failed to import: {load_error}", "metrics": {}}
         if gate == "correctness":
-            # held for the whole gate: re-taking the lock call by call let every queued timing run go
-            # first, and correctness (up to 5 seeds x configs calls per case) starved (measured: median
-            # 70 s per gate with 8 jobs, against 3 s held gate-wide)
-            with _checking(where, on_gpu):
-                return run_correctness(candidate, reference, manifest, grid, where, not on_gpu, uses_dot,
-                                       findings, seeds=seeds)
+            # held case by case: a timing run waits for one case, not a whole gate (held gate-wide, every
+            # timed case of the other jobs queued behind whole correctness gates); the lock's phase-fairness
+            # keeps the gate from starving (under writer preference alone, call by call, it waited a median
+            # 70 s with 8 jobs)
+            return run_correctness(candidate, reference, manifest, grid, where, not on_gpu, uses_dot,
+                                   findings, seeds=seeds, hold=_hold_for(where, on_gpu))
         if gate == "integrity":
             return run_integrity(candidate, reference, manifest, grid, where, findings, interpret=not on_gpu,
                                  uses_dot=uses_dot, hold=_hold_for(where, on_gpu))

@@ -96,3 +96,49 @@ def test_poison_values() -> None:
     assert math.isnan(poison_value(torch.bfloat16))
     assert poison_value(torch.int64) == torch.iinfo(torch.int64).max
     assert poison_value(torch.bool) is True
+
+
+def test_correctness_takes_the_device_case_by_case_and_shares_it() -> None:
+    """Each (shape, dtype) case, all its seeds and pinned configs, runs inside one shared hold: a timing run
+    waits for at most one case, and the gate re-queues once per case, not once per call."""
+    import contextlib
+    import types
+
+    from klineage.validator.checks import CallResult, Findings, run_correctness
+
+    class Reference:
+        def make_inputs(self, shape, dtype, seed, device="cpu"):
+            return (torch.full((shape["n"],), float(seed)),)
+
+        def reference(self, x):
+            return x * 2
+
+    entered: list[tuple[bool, int]] = []
+    calls: list[int] = []
+
+    class Runner:
+        configs = 3
+
+        def call(self, slot, inputs=None, config=None, return_inputs=False):
+            assert entered and entered[-1][1] == -1  # only ever inside a hold
+            calls.append(config)
+            return CallResult(out=inputs[0] * 2, out_devices=("cpu",), launches=1)
+
+        def refill(self, slot, inputs):
+            raise AssertionError("correctness never refills")
+
+    @contextlib.contextmanager
+    def hold(exclusive: bool):
+        entered.append((exclusive, -1))
+        try:
+            yield
+        finally:
+            entered[-1] = (exclusive, len(calls))
+
+    manifest = types.SimpleNamespace(dtypes=["fp32", "fp16"], tolerance={"fp32": 1e-5, "fp16": 1e-3})
+    outcome = run_correctness(Runner(), Reference(), manifest, [{"n": 4}, {"n": 7}], "cpu", interpret=False,
+                              uses_dot=False, findings=Findings(), seeds=5, hold=hold)
+    assert outcome["status"] == "pass", outcome
+    assert [exclusive for exclusive, _ in entered] == [False] * 4  # 2 shapes x 2 dtypes, all shared
+    assert [n for _, n in entered] == [5, 10, 15, 20]  # 5 calls each (5 seeds; 3 configs pinned among them)
+    assert calls[:5] == [0, 1, 2, 0, 1] and outcome["metrics"]["cases"] == 20
