@@ -105,6 +105,39 @@ def _map_tensors(value: Any, fn: Any) -> Any:
     return value
 
 
+SHELL = "__tensor_shell__"
+"""Marks a tensor sent by layout only (``shells``): dtype, shape, strides and storage offset, no data."""
+
+
+def shells(value: Any) -> Any:
+    """``value`` with every tensor replaced by its layout (no data): what the compile gate needs, since the
+    launches of ``run`` define signatures and nothing reads the values; a case of a large grid then costs a
+    few bytes to send instead of its tensors' size twice over (to the host and back to the GPU). Idempotent."""
+    return _map_tensors(value, lambda t: {SHELL: [str(t.dtype).removeprefix("torch."), list(t.shape),
+                                                  list(t.stride()), int(t.storage_offset())]})
+
+
+def from_shells(value: Any, device: Any) -> Any:
+    """The tensors ``shells`` described, allocated on ``device`` with the same layout (uninitialized)."""
+    import torch
+
+    if isinstance(value, dict) and set(value) == {SHELL}:
+        name, shape, stride, offset = value[SHELL]
+        dtype = getattr(torch, str(name), None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"a tensor shell names no dtype: {name!r}")
+        extent = 0 if any(n == 0 for n in shape) else 1 + sum((n - 1) * st for n, st in zip(shape, stride, strict=True))
+        storage = torch.empty(int(offset) + extent, dtype=dtype, device=device)
+        return storage.as_strided(tuple(shape), tuple(stride), int(offset))
+    if isinstance(value, tuple):
+        return tuple(from_shells(x, device) for x in value)
+    if isinstance(value, list):
+        return [from_shells(x, device) for x in value]
+    if isinstance(value, dict):
+        return {k: from_shells(x, device) for k, x in value.items()}
+    return value
+
+
 def pack(value: Any) -> bytes:
     """Serialize tensors (moved to the CPU), numbers, strings and tuples/lists/dicts of them."""
     import torch

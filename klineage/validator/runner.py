@@ -26,6 +26,7 @@ from klineage.schema.errors import KLineageError, ManifestError
 from klineage.schema.gate_result import GATES, GateOutcome, GateResult
 from klineage.schema.ids import canonical_json, kernel_sha, sha256_text
 from klineage.schema.manifest import WorkloadManifest, load_manifest
+from klineage.validator.channel import shells
 from klineage.validator.device_lock import device_lock, waited_s
 from klineage.validator.pool import WorkerLost, WorkerMode, WorkerPool, default_pool
 from klineage.validator.sandbox import clean_env, run_worker
@@ -385,8 +386,8 @@ def _one_gate(gate: str, candidate: RemoteCandidate, load_error: str | None, ref
 
     try:
         if gate == "compile":
-            with _checking(where, on_gpu):
-                cases = [(f"{d} {dict(s)}", tuple(reference.make_inputs(dict(s), d, 0, device=where)))
+            with _checking(where, on_gpu):  # the inputs are made one case at a time and only their layouts kept
+                cases = [(f"{d} {dict(s)}", shells(tuple(reference.make_inputs(dict(s), d, 0, device=where))))
                          for s in grid for d in manifest.dtypes]
             try:
                 return candidate.compile(cases)

@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from klineage.validator import ipc
-from klineage.validator.channel import pack, unpack
+from klineage.validator.channel import pack, shells, unpack
 from klineage.validator.checks import CallResult, CandidateError
 from klineage.validator.pool import CandidateWorker
 
@@ -87,9 +87,11 @@ class RemoteCandidate:
         configs = reply.get("configs", 1)
         self.configs = configs if isinstance(configs, int) and 1 <= configs <= 4096 else 1
 
-    def compile(self, cases: Sequence[tuple[str, tuple]]) -> dict[str, Any]:
-        """The compile gate, run in the worker on inputs made here; its outcome, checked for form."""
-        reply, _ = self._ask({"op": "compile"}, pack([[label, tuple(inputs)] for label, inputs in cases]))
+    def compile(self, cases: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+        """The compile gate, run in the worker on the layouts of inputs made here (``channel.shells``: the
+        worker allocates tensors of the same dtype, shape and strides); its outcome, checked for form."""
+        reply, _ = self._ask({"op": "compile", "shells": True},
+                             pack([[label, shells(tuple(inputs))] for label, inputs in cases]))
         outcome = reply.get("outcome")
         if (not isinstance(outcome, dict) or outcome.get("status") not in ("pass", "fail", "skipped")
                 or not isinstance(outcome.get("reason", ""), str) or not isinstance(outcome.get("metrics", {}), dict)):

@@ -187,16 +187,20 @@ class Server:
         return {"ok": True, "configs": autotune_config_count(self.module)}, b""
 
     def op_compile(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
-        from klineage.validator.channel import unpack
+        from klineage.validator.channel import from_shells, unpack
         from klineage.validator.compile_gate import run_compile_gate
 
         if self.interpret:
             raise RuntimeError("the compile gate cannot run in an interpreter-mode worker")
         assert self.job_dir is not None
-        cases = unpack(payload, self.device)
-        outcome = run_compile_gate(self.job_dir / "candidate.py", [(str(label), tuple(inputs))
-                                                                   for label, inputs in cases],
-                                   self.on_gpu, module_name=f"{self.module_name}_compile")
+        if header.get("shells"):
+            # layouts only: each case's tensors are allocated when its turn comes, never all at once
+            described = unpack(payload)
+            cases: Any = ((str(label), tuple(from_shells(inputs, self.device))) for label, inputs in described)
+        else:
+            cases = [(str(label), tuple(inputs)) for label, inputs in unpack(payload, self.device)]
+        outcome = run_compile_gate(self.job_dir / "candidate.py", cases, self.on_gpu,
+                                   module_name=f"{self.module_name}_compile")
         return {"ok": True, "outcome": outcome}, b""
 
     def _inputs(self, header: dict[str, Any], payload: bytes) -> tuple[Any, ...]:
