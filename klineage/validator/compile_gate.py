@@ -25,7 +25,7 @@ import contextlib
 import io
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from triton.runtime.jit import JITFunction, create_function_from_signature
 from klineage.validator.harness import jit_functions_of, load_candidate, one_line
 
 SHARED_LIMITS: dict[int, tuple[str, int]] = {80: ("A100", 166912), 90: ("H200", 232448)}
+PORTABILITY_ARCH = 80  # our second architecture: reported, compile-only, never failing the gate
 """Opt-in shared memory per block (bytes) by compute capability, with the GPU we mean by it."""
 _OPTION_KEYS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 _REGS = re.compile(r"Used (\d+) registers")
@@ -125,7 +126,8 @@ def cross_compile(jf: JITFunction, args: tuple, kwargs: dict[str, Any], arch: in
 class CompileProbe:
     """Replaces Triton's launch paths by compile-only stand-ins while the candidate's ``run`` executes."""
 
-    def __init__(self, module: Any, on_gpu: bool) -> None:
+    def __init__(self, module: Any, on_gpu: bool, archs: Sequence[int] | None = None,
+                 portability: bool = True) -> None:
         self.module = module
         self.on_gpu = on_gpu
         self.autotuned = jit_functions_of(module)
@@ -136,6 +138,9 @@ class CompileProbe:
         self._saved: list[tuple[type, str, Any]] = []
         self.target_arch = torch.cuda.get_device_capability()[0] * 10 + torch.cuda.get_device_capability()[1] \
             if on_gpu else 90
+        # what is compiled: ``archs``, else the target then sm_80 (A100, compile-only) unless reported apart
+        self.archs = list(archs) if archs is not None else [self.target_arch] + (
+            [PORTABILITY_ARCH] if portability and self.target_arch != PORTABILITY_ARCH else [])
 
     def _config_dict(self, jf: JITFunction, kwargs: dict[str, Any]) -> dict[str, Any]:
         constexpr_names = {p.name for p in jf.params if p.is_constexpr}
@@ -146,8 +151,7 @@ class CompileProbe:
                          autotuned: bool, original_run: Callable[..., Any]) -> None:
         name = getattr(jf, "__name__", "?")
         config = self._config_dict(jf, kwargs)
-        archs = [self.target_arch] + ([80] if self.target_arch != 80 else [])
-        for arch in archs:
+        for arch in self.archs:
             key = (name, arch, repr(config), tuple(type(a).__name__ if not isinstance(a, torch.Tensor)
                                                   else str(a.dtype) for a in args))
             if key in self.variants:
@@ -230,20 +234,18 @@ def _tuned_keys(tuner: Autotuner) -> set[str]:
     return keys
 
 
-def run_compile_gate(candidate_path: Path, cases: Iterable[tuple[str, tuple]], on_gpu: bool,
-                     module_name: str = "klineage_candidate_compile") -> dict[str, Any]:
-    """Run the compile gate; return an outcome dict ``{"status", "reason", "metrics"}``.
-
-    ``cases`` are ``(label, inputs)`` pairs, the inputs made by the trusted side from the workload's
-    ``make_inputs``: the launches of ``run`` on them define the signatures to compile.
-    """
+def _probe_launches(candidate_path: Path, cases: Iterable[tuple[str, tuple]], on_gpu: bool, module_name: str,
+                    archs: Sequence[int] | None, portability: bool = True
+                    ) -> tuple[CompileProbe | None, list[str], str | None]:
+    """Load the candidate as plain Triton and call its ``run`` on each case with compile-only launches:
+    (the probe holding every compiled variant, the cases whose ``run`` raised, why it could not load)."""
     previous_interpret = knobs.runtime.interpret
     knobs.runtime.interpret = False
     probe: CompileProbe | None = None
     run_errors: list[str] = []
     try:
         module = load_candidate(candidate_path, module_name)
-        probe = CompileProbe(module, on_gpu)
+        probe = CompileProbe(module, on_gpu, archs, portability)
         probe.install()
         for label, inputs in cases:
             before = len(probe.variants)
@@ -253,13 +255,68 @@ def run_compile_gate(candidate_path: Path, cases: Iterable[tuple[str, tuple]], o
                 if len(probe.variants) == before:
                     run_errors.append(f"{label}: {one_line(exc)}")
     except Exception as exc:
-        return {"status": "fail", "reason": f"candidate could not be loaded for compilation: {one_line(exc)}",
-                "metrics": {}}
+        return None, run_errors, one_line(exc)
     finally:
         if probe is not None:
             probe.uninstall()
         knobs.runtime.interpret = previous_interpret
         sys.modules.pop(module_name, None)
+    return probe, run_errors, None
+
+
+def run_cross_compile(candidate_path: Path, cases: Iterable[tuple[str, tuple]], arch: int,
+                      module_name: str = "klineage_candidate_cross") -> dict[str, Any]:
+    """Cross-compile every variant the candidate launches for ``sm_<arch>`` (compile-only, no GPU needed):
+    ``{"variants": [variant dicts], "errors": [...]}`` — a report, never a verdict."""
+    probe, run_errors, load_error = _probe_launches(candidate_path, cases, False, module_name, [arch])
+    if probe is None:
+        return {"variants": [], "errors": [f"could not be loaded: {load_error}"]}
+    return {"variants": [v.to_dict() for v in probe.variants.values()], "errors": run_errors[:5]}
+
+
+def portability_report(variants: Sequence[dict[str, Any]], error: str | None = None) -> tuple[dict[str, Any], str]:
+    """The sm_80 (A100, compile-only) part of the compile gate from its variants' dicts: (metrics, note)."""
+    mode = "cross-compile, compile-only (A100)"
+    if error is not None:
+        return ({"mode": mode, "variants": 0, "unfit": [], "error": error},
+                f"sm_80 (A100, compile-only): not checked ({error})")
+    a100 = [v for v in variants if v.get("arch") == f"sm_{PORTABILITY_ARCH}" and not v.get("unchecked")]
+    unfit = [v for v in a100 if not v.get("fits")]
+    metrics = {"mode": mode, "variants": len(a100),
+               "unfit": [{k: v.get(k) for k in ("kernel", "config", "shared", "error")} for v in unfit][:16]}
+    note = (f"sm_80 (A100, compile-only): {len(unfit)} of {len(a100)} variants would not fit" if unfit
+            else f"sm_80 (A100, compile-only): all {len(a100)} variants fit")
+    return metrics, note
+
+
+def with_portability(outcome: dict[str, Any], variants: Sequence[dict[str, Any]], error: str | None = None
+                     ) -> dict[str, Any]:
+    """``outcome`` (a compile gate's, without its sm_80 part) with the sm_80 report added: metrics ``sm_80``,
+    the variants listed, and the note at the end of a passing gate's reason. The status never changes."""
+    metrics, note = portability_report(variants, error)
+    merged = dict(outcome.get("metrics") or {})
+    merged["sm_80"] = metrics
+    if "variants" in merged:
+        merged["variants"] = (list(merged["variants"]) + list(variants))[:64]
+    reason = outcome.get("reason", "")
+    if outcome.get("status") == "pass":
+        reason = f"{reason}; {note}"
+    return {**outcome, "metrics": merged, "reason": reason}
+
+
+def run_compile_gate(candidate_path: Path, cases: Iterable[tuple[str, tuple]], on_gpu: bool,
+                     module_name: str = "klineage_candidate_compile", portability: bool = True) -> dict[str, Any]:
+    """Run the compile gate; return an outcome dict ``{"status", "reason", "metrics"}``.
+
+    ``cases`` are ``(label, inputs)`` pairs, the inputs made by the trusted side from the workload's
+    ``make_inputs``: the launches of ``run`` on them define the signatures to compile, for the target and
+    (``portability``) sm_80; without it the caller makes the sm_80 report itself (``run_cross_compile``,
+    run beside, added with ``with_portability``).
+    """
+    probe, run_errors, load_error = _probe_launches(candidate_path, cases, on_gpu, module_name, None, portability)
+    if probe is None:
+        return {"status": "fail", "reason": f"candidate could not be loaded for compilation: {load_error}",
+                "metrics": {}}
     variants = list(probe.variants.values())
     if run_errors and not variants:
         return {"status": "fail", "reason": f"run raised before launching any kernel: {run_errors[0]}",
@@ -286,8 +343,6 @@ def run_compile_gate(candidate_path: Path, cases: Iterable[tuple[str, tuple]], o
             failures.extend(bad)
         elif bad:
             pruned.extend(bad)
-    a100 = [v for v in variants if v.arch == 80 and not v.unchecked]
-    a100_unfit = [v for v in a100 if not v.fits]
     fitted = [v for v in on_target if v.fits]
     metrics: dict[str, Any] = {
         "target": f"sm_{target} ({target_name}, {mode})",
@@ -296,27 +351,26 @@ def run_compile_gate(candidate_path: Path, cases: Iterable[tuple[str, tuple]], o
         "max_regs": max((v.n_regs or 0 for v in fitted), default=None),
         "max_spills": max((v.n_spills or 0 for v in fitted), default=None),
         "max_shared": max((v.shared or 0 for v in fitted), default=None),
-        "sm_80": {"mode": "cross-compile, compile-only (A100)", "variants": len(a100),
-                  "unfit": [{"kernel": v.kernel, "config": v.config, "shared": v.shared, "error": v.error}
-                            for v in a100_unfit][:16]},
         "pruned_autotune_configs": [{"kernel": v.kernel, "config": v.config, "shared": v.shared,
                                      "error": v.error} for v in pruned][:16],
     }
     if run_errors:
         metrics["run_errors"] = run_errors[:5]
+    reports_a100 = PORTABILITY_ARCH in probe.archs and target != PORTABILITY_ARCH
+    a100_note = ""
+    if reports_a100:
+        metrics["sm_80"], a100_note = portability_report([v.to_dict() for v in variants])
     limit = SHARED_LIMITS.get(target, ("", 0))[1]
     if failures:
         v = failures[0]
         why = v.error or f"shared memory {v.shared} B exceeds the {target_name} limit of {limit} B"
         return {"status": "fail", "metrics": metrics,
                 "reason": f"{v.kernel} {v.config} does not fit sm_{target} ({target_name}, {mode}): {why}"}
-    a100_note = (f"sm_80 (A100, compile-only): {len(a100_unfit)} of {len(a100)} variants would not fit"
-                 if a100_unfit else f"sm_80 (A100, compile-only): all {len(a100)} variants fit")
     prune_note = f"; {len(pruned)} autotune configs pruned (out of resources)" if pruned else ""
     if unchecked:
         prune_note += f"; {len(unchecked)} variants not compiled ({unchecked[0].unchecked})"
         metrics["unchecked"] = [v.to_dict() for v in unchecked][:16]
     reason = (f"{len(on_target)} variants of {len(metrics['kernels'])} kernels compiled for sm_{target} "
               f"({target_name}, {mode}): max {metrics['max_regs']} regs, {metrics['max_spills']} B spilled, "
-              f"max shared {metrics['max_shared']} B{prune_note}; {a100_note}")
+              f"max shared {metrics['max_shared']} B{prune_note}" + (f"; {a100_note}" if a100_note else ""))
     return {"status": "pass", "reason": reason, "metrics": metrics}

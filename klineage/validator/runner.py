@@ -287,8 +287,9 @@ def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes:
                uses_dot: bool, outcomes: dict[str, GateOutcome], notes: dict[str, Any],
                max_timeout_s: float | None = None) -> str | None:
     """Run the worker gates in order, filling ``outcomes``; the gate during which the worker was lost."""
-    from klineage.validator.checks import CandidateError, Findings
-    from klineage.validator.trusted import RemoteCandidate, TimeLimit, job_time_limit, load_trusted_reference
+    from klineage.validator.checks import Findings
+    from klineage.validator.compile_gate import with_portability
+    from klineage.validator.trusted import TimeLimit, job_time_limit, load_trusted_reference
 
     manifest = workload.manifest
     on_gpu = device.cuda
@@ -316,6 +317,36 @@ def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes:
                   if p]
     findings = Findings()
     cpu_seconds = int(limit.seconds) + 30
+    compile_cases: list[tuple[str, Any]] = []
+    side: _PortabilityReport | None = None
+    if "compile" in remaining:
+        with _checking(where, on_gpu):  # the inputs are made one case at a time and only their layouts kept
+            compile_cases = [(f"{d} {dict(s)}", shells(tuple(reference.make_inputs(dict(s), d, 0, device=where))))
+                             for s in grid for d in manifest.dtypes]
+        if on_gpu:  # on a GPU host the CPU cores are free to cross-compile beside; on CPU the compile phase is them
+            side = _PortabilityReport(pool, source, compile_cases, deadline, cpu_seconds)
+    try:
+        return _run_phases(source, phases, pool, deadline, where, cpu_seconds, reference, manifest, grid, on_gpu,
+                           uses_dot, findings, seeds, ceilings, timing, rep_ms, limit, outcomes, notes,
+                           compile_cases, portability=side is None)
+    finally:
+        if side is not None and "compile" in outcomes:
+            variants, error = side.result(max(1.0, deadline - time.monotonic()))
+            merged = with_portability(outcomes["compile"].to_dict(), variants, error)
+            merged["metrics"]["sm_80"]["wall_s"] = round(side.wall_s, 3)
+            outcomes["compile"] = GateOutcome("compile", merged["status"], merged["reason"], merged["metrics"])
+
+
+def _run_phases(source: str, phases: list[tuple[list[str], WorkerMode]], pool: WorkerPool, deadline: float,
+                where: str, cpu_seconds: int, reference: Any, manifest: Any, grid: list[dict], on_gpu: bool,
+                uses_dot: bool, findings: Any, seeds: int, ceilings: Mapping[str, Any] | None,
+                timing: Mapping[str, Any], rep_ms: float, limit: TimeLimit, outcomes: dict[str, GateOutcome],
+                notes: dict[str, Any], compile_cases: list[tuple[str, Any]], portability: bool) -> str | None:
+    """The worker gates, phase by phase (one worker each), filling ``outcomes``; the gate during which the
+    worker was lost."""
+    from klineage.validator.checks import CandidateError
+    from klineage.validator.trusted import RemoteCandidate
+
     for phase_gates, mode in phases:
         current = phase_gates[0]
         started = False
@@ -336,8 +367,11 @@ def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes:
                         current, started = gate, True
                         gate_start, waited = time.monotonic(), waited_s()
                         trips, busy = candidate.round_trip_s, candidate.worker_busy_s
-                        outcome = _one_gate(gate, candidate, load_error, reference, manifest, grid, where,
-                                            on_gpu, uses_dot, findings, seeds, ceilings, timing, rep_ms)
+                        if gate == "compile":
+                            outcome = _compile_gate(candidate, compile_cases, portability)
+                        else:
+                            outcome = _one_gate(gate, candidate, load_error, reference, manifest, grid, where,
+                                                on_gpu, uses_dot, findings, seeds, ceilings, timing, rep_ms)
                         metrics = {**outcome.get("metrics", {}), **limit.metrics(),
                                    "gate_wall_s": round(time.monotonic() - gate_start, 3),
                                    "lock_wait_s": round(waited_s() - waited, 3),
@@ -358,6 +392,62 @@ def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes:
         if any(o.status == "fail" for o in outcomes.values()):
             break
     return None
+
+
+def _compile_gate(candidate: RemoteCandidate, cases: list[tuple[str, Any]], portability: bool) -> dict[str, Any]:
+    """The compile gate in the job's worker (sm_80 too when ``portability``, else reported beside)."""
+    from klineage.validator.checks import CandidateError
+
+    try:
+        return candidate.compile(cases, portability=portability)
+    except CandidateError as exc:
+        return {"status": "fail", "reason": f"compile could not complete: {exc}", "metrics": {}}
+
+
+class _PortabilityReport:
+    """The compile gate's sm_80 report (A100, compile-only, never failing), cross-compiled in a CPU
+    compile-mode worker of its own while the job's worker runs the gates: the two compiles overlap instead
+    of following each other. ``result`` waits for it; a report that could not be made says why."""
+
+    def __init__(self, pool: WorkerPool, source: str, cases: list[tuple[str, Any]], deadline: float,
+                 cpu_seconds: int) -> None:
+        self._variants: list[dict[str, Any]] = []
+        self._error: str | None = "not finished"
+        self.wall_s = 0.0  # how long the report took, worker wait included
+        self._thread = threading.Thread(target=self._run, args=(pool, source, cases, deadline, cpu_seconds),
+                                        name="klineage-sm80-report", daemon=True)
+        self._thread.start()
+
+    def _run(self, pool: WorkerPool, source: str, cases: list[tuple[str, Any]], deadline: float,
+             cpu_seconds: int) -> None:
+        from klineage.validator.compile_gate import PORTABILITY_ARCH
+        from klineage.validator.harness import one_line
+        from klineage.validator.trusted import RemoteCandidate
+
+        began = time.monotonic()
+        try:
+            with pool.worker(WorkerMode(interpret=False, cpu_only=True)) as worker:
+                job_dir = Path(tempfile.mkdtemp(prefix="job-", dir=worker.dir))
+                try:
+                    (job_dir / "candidate.py").write_text(source, encoding="utf-8")
+                    candidate = RemoteCandidate(worker, job_dir, deadline, "cpu")
+                    candidate.load(compile_only=True, cpu_seconds=cpu_seconds)
+                    self._variants = candidate.cross_compile(cases, PORTABILITY_ARCH)
+                    self._error = None
+                    candidate.unload()
+                finally:
+                    shutil.rmtree(job_dir, ignore_errors=True)
+        except Exception as exc:  # a report, never a verdict: say why it is missing
+            self._error = one_line(exc)[:300]
+        finally:
+            self.wall_s = time.monotonic() - began
+
+    def result(self, timeout_s: float) -> tuple[list[dict[str, Any]], str | None]:
+        """(the sm_80 variants, why there are none or None), waiting at most ``timeout_s``."""
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            return [], "still compiling when the job ended"
+        return self._variants, self._error
 
 
 def _checking(where: str, on_gpu: bool) -> contextlib.AbstractContextManager[None]:
@@ -381,18 +471,10 @@ def _one_gate(gate: str, candidate: RemoteCandidate, load_error: str | None, ref
               grid: list[dict], where: str, on_gpu: bool, uses_dot: bool, findings: Any, seeds: int,
               ceilings: Mapping[str, Any] | None, timing: Mapping[str, Any], rep_ms: float) -> dict[str, Any]:
     """One worker gate, decided here; WorkerLost propagates."""
-    from klineage.validator.checks import CandidateError, run_correctness, run_integrity
+    from klineage.validator.checks import run_correctness, run_integrity
     from klineage.validator.harness import one_line
 
     try:
-        if gate == "compile":
-            with _checking(where, on_gpu):  # the inputs are made one case at a time and only their layouts kept
-                cases = [(f"{d} {dict(s)}", shells(tuple(reference.make_inputs(dict(s), d, 0, device=where))))
-                         for s in grid for d in manifest.dtypes]
-            try:
-                return candidate.compile(cases)
-            except CandidateError as exc:
-                return {"status": "fail", "reason": f"compile could not complete: {exc}", "metrics": {}}
         if gate == "performance" and not on_gpu:
             return {"status": "skipped", "reason": "no GPU: interpreter mode, nothing to time", "metrics": {}}
         if load_error is not None:

@@ -87,10 +87,11 @@ class RemoteCandidate:
         configs = reply.get("configs", 1)
         self.configs = configs if isinstance(configs, int) and 1 <= configs <= 4096 else 1
 
-    def compile(self, cases: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+    def compile(self, cases: Sequence[tuple[str, Any]], portability: bool = True) -> dict[str, Any]:
         """The compile gate, run in the worker on the layouts of inputs made here (``channel.shells``: the
-        worker allocates tensors of the same dtype, shape and strides); its outcome, checked for form."""
-        reply, _ = self._ask({"op": "compile", "shells": True},
+        worker allocates tensors of the same dtype, shape and strides); its outcome, checked for form.
+        ``portability`` False: the target only (the caller makes the sm_80 report beside)."""
+        reply, _ = self._ask({"op": "compile", "shells": True, "portability": portability},
                              pack([[label, shells(tuple(inputs))] for label, inputs in cases]))
         outcome = reply.get("outcome")
         if (not isinstance(outcome, dict) or outcome.get("status") not in ("pass", "fail", "skipped")
@@ -100,6 +101,22 @@ class RemoteCandidate:
             raise CandidateError("the worker's compile outcome is a pass with no compiled variant")
         return {"status": outcome["status"], "reason": outcome.get("reason", ""),
                 "metrics": outcome.get("metrics", {})}
+
+    def cross_compile(self, cases: Sequence[tuple[str, Any]], arch: int) -> list[dict[str, Any]]:
+        """Every variant the candidate launches on ``cases``, cross-compiled for ``sm_<arch>`` in the worker
+        (compile-only): the variants' dicts, checked for form."""
+        reply, _ = self._ask({"op": "cross_compile", "shells": True, "arch": int(arch)},
+                             pack([[label, shells(tuple(inputs))] for label, inputs in cases]))
+        report = reply.get("report")
+        variants = report.get("variants") if isinstance(report, dict) else None
+        if not isinstance(variants, list) or not all(isinstance(v, dict) for v in variants):
+            raise CandidateError("the worker's cross-compile report is malformed")
+        found = [v for v in variants if v.get("arch") == f"sm_{int(arch)}"][:256]
+        errors = report.get("errors") if isinstance(report, dict) else None
+        if not found:
+            why = str(errors[0]) if isinstance(errors, list) and errors else "no kernel was launched"
+            raise CandidateError(f"nothing cross-compiled for sm_{int(arch)}: {why}"[:600])
+        return found
 
     def _send_inputs(self, header: dict[str, Any], inputs: Sequence[Any]) -> tuple[dict[str, Any], bytes]:
         """Send ``header`` with ``inputs`` (through CUDA IPC when it works, else the socket); the reply."""

@@ -187,21 +187,35 @@ class Server:
         return {"ok": True, "configs": autotune_config_count(self.module)}, b""
 
     def op_compile(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
-        from klineage.validator.channel import from_shells, unpack
         from klineage.validator.compile_gate import run_compile_gate
 
         if self.interpret:
             raise RuntimeError("the compile gate cannot run in an interpreter-mode worker")
         assert self.job_dir is not None
-        if header.get("shells"):
-            # layouts only: each case's tensors are allocated when its turn comes, never all at once
-            described = unpack(payload)
-            cases: Any = ((str(label), tuple(from_shells(inputs, self.device))) for label, inputs in described)
-        else:
-            cases = [(str(label), tuple(inputs)) for label, inputs in unpack(payload, self.device)]
-        outcome = run_compile_gate(self.job_dir / "candidate.py", cases, self.on_gpu,
-                                   module_name=f"{self.module_name}_compile")
+        outcome = run_compile_gate(self.job_dir / "candidate.py", self._compile_cases(header, payload), self.on_gpu,
+                                   module_name=f"{self.module_name}_compile",
+                                   portability=header.get("portability", True) is not False)
         return {"ok": True, "outcome": outcome}, b""
+
+    def op_cross_compile(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+        """The sm_80 report of the compile gate (compile-only), made beside the job's other gates."""
+        from klineage.validator.compile_gate import run_cross_compile
+
+        if self.interpret:
+            raise RuntimeError("cross-compiling cannot run in an interpreter-mode worker")
+        assert self.job_dir is not None
+        report = run_cross_compile(self.job_dir / "candidate.py", self._compile_cases(header, payload),
+                                   int(header.get("arch", 80)), module_name=f"{self.module_name}_cross")
+        return {"ok": True, "report": report}, b""
+
+    def _compile_cases(self, header: dict[str, Any], payload: bytes) -> Any:
+        """The (label, inputs) cases of a compile request: layouts (``shells``) allocated one case at a
+        time when its turn comes, or tensors sent by value."""
+        from klineage.validator.channel import from_shells, unpack
+
+        if header.get("shells"):
+            return ((str(label), tuple(from_shells(inputs, self.device))) for label, inputs in unpack(payload))
+        return [(str(label), tuple(inputs)) for label, inputs in unpack(payload, self.device)]
 
     def _inputs(self, header: dict[str, Any], payload: bytes) -> tuple[Any, ...]:
         """The inputs a message carries: through CUDA IPC (``ipc_in``) or the socket payload."""

@@ -176,3 +176,38 @@ def test_each_gate_says_where_its_time_went(validator: LocalValidator) -> None:
         wall, trips, busy = metrics["gate_wall_s"], metrics["worker_round_trip_s"], metrics["worker_busy_s"]
         assert metrics["lock_wait_s"] == 0.0  # no device lock on CPU
         assert 0.0 < busy <= trips <= wall + 1e-3, (gate, wall, trips, busy)
+
+
+def test_the_sm80_report_made_beside_the_gates_is_the_one_made_inside(validator: LocalValidator) -> None:
+    """On a GPU host the compile gate's sm_80 report is cross-compiled in a CPU worker of its own while the
+    job's worker runs the gates (runner._PortabilityReport); merged, it reads as the one made in line."""
+    import importlib
+
+    from klineage.validator.channel import shells
+    from klineage.validator.compile_gate import with_portability
+    from klineage.validator.pool import default_pool
+
+    runner = importlib.import_module("klineage.validator.runner")
+    source = (ROWSUM / "kernel.py").read_text() + "\n# sm_80 beside\n"
+    inline = validator.validate(source, ROWSUM, gates=["compile"]).gate("compile")
+    assert inline is not None and inline.status == "pass" and "sm_80 (A100, compile-only)" in inline.reason
+
+    spec = importlib.util.spec_from_file_location("rowsum_reference_for_sm80", ROWSUM / "reference.py")
+    reference = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(reference)  # type: ignore[union-attr]
+    cases = [(f"{d} {s}", shells(reference.make_inputs(s, d, 0))) for s in ({"rows": 4, "cols": 33},)
+             for d in ("fp32", "fp16")]
+    side = runner._PortabilityReport(default_pool(), source, cases, time.monotonic() + 300, 300)
+    variants, error = side.result(300)
+    assert error is None and variants and all(v["arch"] == "sm_80" for v in variants)
+    without = {**inline.to_dict(), "reason": inline.reason.split("; sm_80")[0],
+               "metrics": {k: v for k, v in inline.metrics.items() if k != "sm_80"}}
+    merged = with_portability(without, variants)
+    assert merged["status"] == "pass" and merged["reason"].endswith("sm_80 (A100, compile-only): all 2 variants fit")
+    assert merged["metrics"]["sm_80"]["variants"] == 2 and merged["metrics"]["sm_80"]["unfit"] == []
+
+    broken = runner._PortabilityReport(default_pool(), "def run(:\n", cases, time.monotonic() + 60, 60)
+    variants, error = broken.result(60)
+    assert variants == [] and error and "nothing cross-compiled for sm_80" in error  # missing, and says why
+    failed = with_portability({"status": "fail", "reason": "x does not fit", "metrics": {}}, [], "lost")
+    assert failed["reason"] == "x does not fit" and failed["metrics"]["sm_80"]["error"] == "lost"
