@@ -199,10 +199,18 @@ def run_performance(runner: Any, reference: Any, manifest: Any, shapes: Sequence
             first: dict[str, Any] | None = None
             for attempt in (1, 2):
                 try:
-                    with device_lock(device).exclusive(), torch.cuda.device(torch.device(device)):
+                    # fresh inputs each attempt, made while other jobs' checks may run too: only the timing
+                    # needs the device alone
+                    with device_lock(device).shared(), torch.cuda.device(torch.device(device)):
                         inputs = reference.make_inputs(dict(shape), dtype, 0, device=device)
                         ref_out = reference.reference(*clone_inputs(inputs))
                         torch.cuda.synchronize()
+                except Exception as exc:
+                    return {"status": "fail", "metrics": {"rows": rows},
+                            "reason": f"timing failed on {label}: the workload's inputs or reference raised: "
+                                      f"{one_line(exc)}"}
+                try:
+                    with device_lock(device).exclusive(), torch.cuda.device(torch.device(device)):
                         cand, last = runner.time("performance", inputs, rep_ms=rep_ms, host_lead_us=host_lead_us)
                         base = baseline_timer.time_baseline(Path(reference.__file__), dict(shape), dtype, rep_ms,
                                                             host_lead_us, device) if time_baseline else None
