@@ -149,11 +149,14 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     deadline = started + args.budget_s
     kb = KnowledgeBase(EmbeddedStore(args.prepared / "kb"), FrozenEmbedder.load(args.prepared / "embeddings.json"))
-    timing = {"rep_ms": args.rep_ms}
+    timing: dict[str, Any] = {"rep_ms": args.rep_ms}
+    if args.autotune_rep_ms is not None:
+        timing["autotune_rep_ms"] = args.autotune_rep_ms
     local = LocalValidator(cache=args.cache, device="cpu" if args.cpu else "auto", timing=timing)
     info = local.device_info()
     validator = DeadlineValidator(local, deadline)
-    options = {"rep_ms": args.rep_ms, "max_shapes": args.max_shapes, "device": "cuda" if info.cuda else "cpu",
+    options = {**({"autotune_rep_ms": args.autotune_rep_ms} if args.autotune_rep_ms is not None else {}),
+               "rep_ms": args.rep_ms, "max_shapes": args.max_shapes, "device": "cuda" if info.cuda else "cpu",
                "agent": agent_version(), "kb": "frozen", "timing_method": TIMING_METHOD}
     done = _done(args.results)
     args.results.parent.mkdir(parents=True, exist_ok=True)
@@ -394,6 +397,9 @@ def main() -> int:
     r.add_argument("--budget-s", type=float, default=540.0, help="wall time for this call")
     r.add_argument("--rep-ms", type=float, default=25.0, help="timed milliseconds per case")
     r.add_argument("--max-shapes", type=int, default=None, help="shapes of each grid (spread by size)")
+    r.add_argument("--autotune-rep-ms", type=float, default=None,
+                   help="ms an autotuned candidate's autotuner times each config (default: Triton's 100); keys the "
+                        "cache and the results apart")
     r.add_argument("--cpu", action="store_true", help="interpreter mode (correctness only, nothing timed)")
     r.add_argument("--jobs", type=int, default=1, help="runs side by side (timing stays exclusive on the GPU)")
     t = sub.add_parser("table", help="the table and the plots from the results")

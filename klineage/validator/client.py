@@ -68,7 +68,8 @@ class LocalValidator:
     and stated in each gate's metrics). ``pool``: the warm worker pool the jobs run in (default: the
     process-wide ``pool.default_pool()``). ``max_timeout_s``: a cap on any job's limit (the service's).
     ``timing``:
-    performance-gate options, e.g. ``{"rep_ms": 50, "baseline": False, "host_lead_us": 200}`` (None:
+    performance-gate options, e.g. ``{"rep_ms": 50, "baseline": False, "host_lead_us": 200,
+    "autotune_rep_ms": 25}`` (the last: how long an autotuned candidate's autotuner times each config; None:
     the gate's defaults, 100 ms per case, the vendor timed beside the candidate, no host lead).
     """
 

@@ -240,6 +240,29 @@ def autotune_config_count(module: ModuleType) -> int:
     return max(counts, default=1) or 1
 
 
+def set_autotune_rep(module: ModuleType, rep_ms: float) -> int:
+    """Make every module-level autotuner that uses Triton's default benchmark time each config for ``rep_ms``
+    (warm-up a quarter of that) instead of Triton's 100 ms; one that brings its own ``do_bench`` is left as
+    it is. Returns how many were set. The sweep is the GPU time an autotuned candidate holds the device
+    alone the longest, and the choice it makes is then timed by the performance gate like any kernel."""
+    import triton.testing
+
+    warmup = max(1.0, rep_ms / 4)
+
+    def bench(kernel_call: Any, quantiles: Any) -> Any:
+        return triton.testing.do_bench(kernel_call, warmup=warmup, rep=rep_ms, quantiles=quantiles)
+
+    count = 0
+    for value in list(vars(module).values()):
+        tuner = value
+        while isinstance(tuner, Heuristics | Autotuner):
+            if isinstance(tuner, Autotuner) and getattr(tuner, "_do_bench", None) is None:
+                tuner._do_bench = bench
+                count += 1
+            tuner = tuner.fn
+    return count
+
+
 def kernel_names(module: ModuleType) -> list[str]:
     """Names of the module-level Triton kernels (plain, autotuned or with heuristics)."""
     names = []

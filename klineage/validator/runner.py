@@ -359,7 +359,8 @@ def _run_phases(source: str, phases: list[tuple[list[str], WorkerMode]], pool: W
                     needs_module = any(g != "compile" for g in phase_gates)
                     try:
                         with _checking(where, on_gpu):
-                            candidate.load(compile_only=not needs_module, cpu_seconds=cpu_seconds)
+                            candidate.load(compile_only=not needs_module, cpu_seconds=cpu_seconds,
+                                           autotune_rep_ms=timing.get("autotune_rep_ms"))
                         load_error = None
                     except CandidateError as exc:
                         load_error = str(exc)

@@ -80,10 +80,14 @@ class RemoteCandidate:
             raise CandidateError(str(reply.get("error", "the worker answered without ok"))[:600])
         return reply, blob
 
-    def load(self, compile_only: bool, cpu_seconds: int) -> None:
-        """Start the job in the worker (and import the candidate unless ``compile_only``)."""
-        reply, _ = self._ask({"op": "load", "job_dir": str(self.job_dir), "compile_only": compile_only,
-                              "cpu_seconds": cpu_seconds})
+    def load(self, compile_only: bool, cpu_seconds: int, autotune_rep_ms: float | None = None) -> None:
+        """Start the job in the worker (and import the candidate unless ``compile_only``); ``autotune_rep_ms``:
+        how long the candidate's autotuners time each config (None: Triton's default)."""
+        header: dict[str, Any] = {"op": "load", "job_dir": str(self.job_dir), "compile_only": compile_only,
+                                  "cpu_seconds": cpu_seconds}
+        if autotune_rep_ms is not None:
+            header["autotune_rep_ms"] = float(autotune_rep_ms)
+        reply, _ = self._ask(header)
         configs = reply.get("configs", 1)
         self.configs = configs if isinstance(configs, int) and 1 <= configs <= 4096 else 1
 

@@ -158,7 +158,7 @@ class Server:
         """Start a job: its folder, limits, and (unless ``compile_only``) the candidate module."""
         import resource
 
-        from klineage.validator.harness import autotune_config_count, load_candidate
+        from klineage.validator.harness import autotune_config_count, load_candidate, set_autotune_rep
 
         self._drop()
         self.jobs += 1
@@ -184,6 +184,9 @@ class Server:
         if header.get("compile_only"):
             return {"ok": True, "configs": 1}, b""
         self.module = load_candidate(self.job_dir / "candidate.py", self.module_name)
+        rep = header.get("autotune_rep_ms")
+        if isinstance(rep, int | float) and 0 < rep <= 1000:
+            set_autotune_rep(self.module, float(rep))
         return {"ok": True, "configs": autotune_config_count(self.module)}, b""
 
     def op_compile(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:

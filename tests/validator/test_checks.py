@@ -142,3 +142,27 @@ def test_correctness_takes_the_device_case_by_case_and_shares_it() -> None:
     assert [exclusive for exclusive, _ in entered] == [False] * 4  # 2 shapes x 2 dtypes, all shared
     assert [n for _, n in entered] == [5, 10, 15, 20]  # 5 calls each (5 seeds; 3 configs pinned among them)
     assert calls[:5] == [0, 1, 2, 0, 1] and outcome["metrics"]["cases"] == 20
+
+
+def test_autotuners_time_each_config_for_the_jobs_rep_unless_they_bring_their_own_bench() -> None:
+    import types
+
+    import triton
+    import triton.language as tl
+
+    from klineage.validator.harness import set_autotune_rep
+
+    @triton.jit
+    def _copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+    configs = [triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})]
+    default = triton.autotune(configs, key=["n"])(triton.heuristics({"UNUSED": lambda args: 1})(_copy))
+    own = triton.autotune(configs, key=["n"], do_bench=lambda fn, quantiles: [1.0, 1.0, 1.0])(_copy)
+    module = types.ModuleType("candidate")
+    module.default, module.own, module.plain = default, own, _copy
+    assert default._do_bench is None
+    assert set_autotune_rep(module, 20.0) == 1
+    assert default._do_bench is not None and default._do_bench is not own._do_bench
+    assert own._do_bench([], None) == [1.0, 1.0, 1.0]  # its own benchmark, untouched
