@@ -6,7 +6,8 @@ Three steps, so that the GPU run needs neither the embedding model nor an ingest
     python bench/evaluate_agent.py run --prepared .eval --budget-s 540   # GPU (one device call): resumable
     python bench/evaluate_agent.py table                          # anywhere: the table and the plots
 
-``run`` validates through ``LocalValidator`` with a SQLite result cache (``--cache``, committed): a second
+``run`` validates through ``LocalValidator`` (or ``--validator``: a service URL or a Ray cluster, e.g.
+``ray:auto``, whose actors share ``--cache``) with a SQLite result cache (``--cache``, committed): a second
 call replays every gate result the first one measured (the agent is deterministic given the results)
 and goes on where it stopped. Finished runs are rows of ``--results`` (JSON lines, with GPU, versions,
 date and kernel hashes); a run cut short by the time budget writes no row. Every method gets the same
@@ -144,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from klineage.validator import LocalValidator
+    from klineage.validator.factory import make_validator
 
     started = time.monotonic()
     deadline = started + args.budget_s
@@ -152,9 +153,9 @@ def run(args: argparse.Namespace) -> int:
     timing: dict[str, Any] = {"rep_ms": args.rep_ms}
     if args.autotune_rep_ms is not None:
         timing["autotune_rep_ms"] = args.autotune_rep_ms
-    local = LocalValidator(cache=args.cache, device="cpu" if args.cpu else "auto", timing=timing)
-    info = local.device_info()
-    validator = DeadlineValidator(local, deadline)
+    client = make_validator(args.validator, cache=args.cache, device="cpu" if args.cpu else "auto", timing=timing)
+    info = client.device_info()
+    validator = DeadlineValidator(client, deadline)
     options = {**({"autotune_rep_ms": args.autotune_rep_ms} if args.autotune_rep_ms is not None else {}),
                "rep_ms": args.rep_ms, "max_shapes": args.max_shapes, "device": "cuda" if info.cuda else "cpu",
                "agent": agent_version(), "kb": "frozen", "timing_method": TIMING_METHOD}
@@ -402,6 +403,10 @@ def main() -> int:
                         "cache and the results apart")
     r.add_argument("--cpu", action="store_true", help="interpreter mode (correctness only, nothing timed)")
     r.add_argument("--jobs", type=int, default=1, help="runs side by side (timing stays exclusive on the GPU)")
+    r.add_argument("--validator", default=None,
+                   help="where the jobs run: local (default), http://HOST:PORT, or a Ray cluster: ray, ray:auto, "
+                        "ray:HOST:6379, ray://HOST:10001 (one actor per GPU, --cache shared by all; with "
+                        "--jobs about the cluster's GPU count)")
     t = sub.add_parser("table", help="the table and the plots from the results")
     t.add_argument("--results", type=Path, default=RESULTS)
     t.add_argument("--no-plots", action="store_true")

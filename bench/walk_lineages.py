@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from klineage.ingest.replay import replay_check  # noqa: E402
 from klineage.ingest.walker import Walker, WalkEvent, WalkOptions  # noqa: E402
-from klineage.validator import LocalValidator  # noqa: E402
+from klineage.validator.factory import make_validator  # noqa: E402
 
 ORDER = ("layernorm", "softmax", "gemm", "attention", "cross_entropy")  # cheapest first; walked ones: cached
 
@@ -44,6 +44,9 @@ def main() -> int:
                         help="keep the GPU busy this long after each L2 flush so the host launch path stays "
                              "out of the times (0: the method of the committed walks; other values are cached "
                              "under other keys)")
+    parser.add_argument("--validator", default=None,
+                        help="where the jobs run: local (default), http://HOST:PORT, or a Ray cluster (ray, "
+                             "ray:auto, ray:HOST:6379): one actor per GPU, --cache shared by all")
     parser.add_argument("--workloads", default=",".join(ORDER))
     parser.add_argument("--no-replay", action="store_true")
     parser.add_argument("--pack", action="store_true",
@@ -52,8 +55,9 @@ def main() -> int:
     args = parser.parse_args()
     start = time.monotonic()
     lead = {"host_lead_us": args.host_lead_us} if args.host_lead_us > 0 else {}
-    candidates = LocalValidator(cache=args.cache, timing={"rep_ms": args.rep_ms, "baseline": False, **lead})
-    baseline = LocalValidator(cache=args.cache, timing=lead or None)
+    candidates = make_validator(args.validator, cache=args.cache,
+                                timing={"rep_ms": args.rep_ms, "baseline": False, **lead})
+    baseline = make_validator(args.validator, cache=args.cache, timing=lead or None)
     (args.out / "lineages").mkdir(parents=True, exist_ok=True)
     (args.out / "replay").mkdir(parents=True, exist_ok=True)
     summary = []

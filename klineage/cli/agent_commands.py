@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from klineage.agent import METHODS, AgentReport, ProblemError, load_problem, make_planner, optimize
+from klineage.validator.factory import VALIDATOR_HELP
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -28,13 +29,11 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _validator(url: str | None, cache: Path | None, cpu: bool) -> Any:
-    from klineage.validator import HttpValidator, LocalValidator
+def _validator(spec: str | None, cache: Path | None, cpu: bool) -> Any:
     from klineage.validator.cache import default_cache_path
+    from klineage.validator.factory import make_validator
 
-    if url:
-        return HttpValidator(url)
-    return LocalValidator(cache=cache or default_cache_path(), device="cpu" if cpu else "auto")
+    return make_validator(spec, cache=cache or default_cache_path(), device="cpu" if cpu else "auto")
 
 
 def _print_report(report: AgentReport) -> None:
@@ -77,7 +76,7 @@ def optimize_command(
                                              "embedding similarity only), none (operators in a fixed order) or greedy "
                                              "(applicable skills in search rank order, defaults).")]
         = "klineage",
-    validator: Annotated[str | None, typer.Option(help="Validator service URL (default: validate locally).")] = None,
+    validator: Annotated[str | None, typer.Option(help=VALIDATOR_HELP)] = None,
     cache: Annotated[Path | None, typer.Option(help="Local validator's result cache (SQLite).")] = None,
     cpu: Annotated[bool, typer.Option("--cpu", help="Interpreter mode even when a GPU is present.")] = False,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the best kernel here.")] = None,

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from klineage.validator.cache import default_cache_path
+from klineage.validator.factory import VALIDATOR_HELP
 
 out = Console()
 err = Console(stderr=True)
@@ -52,14 +53,14 @@ def validate(
     json_out: Annotated[bool, typer.Option("--json", help="Print only the gate result document.")] = False,
     shapes: Annotated[str | None, typer.Option(help="JSON list of shapes instead of the manifest's grid.")] = None,
     server: Annotated[str | None, typer.Option("--validator", "--server",
-                                               help="Validator service URL (default: run locally); --server is "
-                                                    "the older name.")] = None,
+                                               help=VALIDATOR_HELP + " --server is the older name.")] = None,
     timeout: Annotated[float | None, typer.Option(help="Wall-clock limit per job, seconds.")] = None,
     cpu: Annotated[bool, typer.Option("--cpu", help="Interpreter mode even when a GPU is present.")] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the result cache.")] = False,
 ) -> None:
     """Run the validator's gates on CANDIDATE for a workload and print the gate result document."""
-    from klineage.validator import HttpValidator, LocalValidator, ValidationRequestError, ValidatorUnavailable
+    from klineage.validator import HttpValidator, ValidationRequestError, ValidatorUnavailable
+    from klineage.validator.factory import make_validator
     from klineage.validator.runner import check_candidate_text
 
     def bad(message: str) -> typer.Exit:
@@ -77,13 +78,13 @@ def validate(
         raise bad(f"--shapes is not JSON: {exc.msg}") from exc
     cached = False
     try:
-        if server:
-            result = HttpValidator(server).validate(source, workload, gates, shape_list)
+        client = make_validator(server, cache=None if no_cache else default_cache_path(), timeout_s=timeout,
+                                device="cpu" if cpu else "auto")
+        if isinstance(client, HttpValidator):  # the service's workload of that name
+            result = client.validate(source, workload, gates, shape_list)
         else:
-            local = LocalValidator(cache=None if no_cache else default_cache_path(), timeout_s=timeout,
-                                   device="cpu" if cpu else "auto")
-            result = local.validate(source, Path(workload), gates, shape_list)
-            cached = local.last_cached
+            result = client.validate(source, Path(workload), gates, shape_list)
+            cached = client.last_cached
     except ValidationRequestError as exc:
         raise bad(str(exc)) from exc
     except ValidatorUnavailable as exc:
@@ -102,18 +103,31 @@ def serve(
     port: Annotated[int, typer.Option(help="Port.")] = 8100,
     workloads: Annotated[str | None, typer.Option(
         help="Workload roots, os.pathsep-separated (default: $KLINEAGE_WORKLOADS or ./workloads:./heldout).")] = None,
-    workers: Annotated[int | None, typer.Option(help="Worker threads (default: one per GPU, one on CPU).")] = None,
+    workers: Annotated[int | None, typer.Option(help="Worker threads (default: one per GPU, one on CPU); with "
+                                                "--ray, Ray actors (default: one per GPU of the cluster).")] = None,
     timeout: Annotated[float | None, typer.Option(help="Wall-clock limit per job, seconds.")] = None,
     cpu: Annotated[bool, typer.Option("--cpu", help="Interpreter mode even when a GPU is present.")] = False,
+    ray: Annotated[str | None, typer.Option(
+        "--ray", metavar="ADDRESS",
+        help="Run the jobs on a Ray cluster, one actor per GPU (a job per GPU at a time; with --workers N, N "
+             "actors), all sharing this service's result cache. ADDRESS: 'auto' (the cluster `ray start "
+             "--head` started on this host, or $RAY_ADDRESS), 'local' (start a one-host cluster here), "
+             "HOST:PORT (the head's GCS port, 6379 by default) or ray://HOST:10001 (Ray Client). Needs the "
+             "'ray' extra.")] = None,
 ) -> None:
     """Serve the validator over HTTP (POST /v1/jobs, GET /v1/jobs/{id}, POST /v1/validate, GET /v1/info)."""
+    from klineage.validator import ValidationRequestError, ValidatorUnavailable
     from klineage.validator.service import ServiceConfig, default_workload_roots
     from klineage.validator.service import serve as run_service
 
     roots = [Path(p) for p in workloads.split(os.pathsep) if p] if workloads else default_workload_roots()
     config = ServiceConfig(workload_roots=roots, workers=workers, job_timeout_s=timeout,
-                           device="cpu" if cpu else "auto")
-    run_service(host=host, port=port, config=config)
+                           device="cpu" if cpu else "auto", ray_address=ray)
+    try:
+        run_service(host=host, port=port, config=config)
+    except (ValidatorUnavailable, ValidationRequestError) as exc:  # --ray: no cluster there, or too few GPUs
+        err.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
 
 
 @validator_app.command("info")

@@ -21,6 +21,7 @@ import typer
 from rich.console import Console
 
 from klineage.validator.cache import default_cache_path
+from klineage.validator.factory import VALIDATOR_HELP
 
 out = Console()
 err = Console(stderr=True)
@@ -65,7 +66,7 @@ def walk(
     workload_dir: Annotated[Path, typer.Argument(help="Workload folder (manifest.toml, reference.py, the kernel).")],
     out_path: Annotated[Path | None, typer.Option("--output", "-o", "--out", help="Lineage document to write "
                                                   "(default: lineages/<workload>.lineage.json).")] = None,
-    validator: Annotated[str | None, typer.Option(help="Validator service URL (default: run the gates here).")] = None,
+    validator: Annotated[str | None, typer.Option(help=VALIDATOR_HELP)] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue a walk whose document exists, from the "
                                           "kernel it started from: cached gate results replay it to where "
                                           "it stopped.")] = False,
@@ -86,7 +87,8 @@ def walk(
     """Walk WORKLOAD_DIR's kernel backward through gated simplifications and write its lineage document."""
     from klineage.ingest.walker import Walker, WalkError, WalkEvent, WalkOptions
     from klineage.schema.errors import ManifestError
-    from klineage.validator import HttpValidator, LocalValidator, ValidationRequestError, ValidatorUnavailable
+    from klineage.validator import ValidationRequestError, ValidatorUnavailable
+    from klineage.validator.factory import make_validator
 
     if not (workload_dir / "manifest.toml").is_file():
         raise _bad(f"{str(workload_dir)!r} is not a workload folder (no manifest.toml)")
@@ -95,15 +97,16 @@ def walk(
         raise _bad(f"{target} exists; pass --resume to continue that walk (its gate results are cached), "
                    "or --out another file")
     start_source = _resumed_start(target, workload_dir) if resume and target.exists() else None
-    if validator:
-        client: Any = HttpValidator(validator)
-        baseline: Any = client
-    else:
-        path = cache or default_cache_path()
-        device = "cpu" if cpu else "auto"
-        lead = {"host_lead_us": host_lead_us} if host_lead_us > 0 else {}
-        client = LocalValidator(cache=path, device=device, timing={"rep_ms": rep_ms, "baseline": False, **lead})
-        baseline = LocalValidator(cache=path, device=device, timing=lead or None)
+    path = cache or default_cache_path()
+    device = "cpu" if cpu else "auto"
+    lead = {"host_lead_us": host_lead_us} if host_lead_us > 0 else {}
+    try:
+        # a Ray cluster's actors are shared by the two (they differ only in timing options)
+        client: Any = make_validator(validator, cache=path, device=device,
+                                     timing={"rep_ms": rep_ms, "baseline": False, **lead})
+        baseline: Any = make_validator(validator, cache=path, device=device, timing=lead or None)
+    except (ValidationRequestError, ValidatorUnavailable) as exc:
+        raise _bad(str(exc)) from exc
 
     def show(event: WalkEvent) -> None:
         style = _STYLE.get(event.kind, "")

@@ -13,7 +13,7 @@ import sqlite3
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from klineage.schema.gate_result import GateResult
 
@@ -25,6 +25,28 @@ def default_cache_path() -> Path:
     import os
 
     return Path(os.environ.get(DEFAULT_CACHE_ENV, ".klineage/validator/cache.sqlite"))
+
+
+@runtime_checkable
+class ResultStore(Protocol):
+    """What a validator needs of a result cache: ``ResultCache`` here, or its proxy on a Ray worker
+    (``ray_backend.RemoteResultCache``, which reaches the one SQLite file through an actor)."""
+
+    def get(self, key: str) -> GateResult | None:
+        """The cached result for ``key``, or None."""
+        ...
+
+    def put(self, key: str, result: GateResult) -> None:
+        """Store a complete result under ``key``."""
+        ...
+
+    def get_ceilings(self, key: str) -> dict[str, Any] | None:
+        """Stored device ceilings for ``key``, or None."""
+        ...
+
+    def put_ceilings(self, key: str, ceilings: dict[str, Any]) -> None:
+        """Store measured device ceilings under ``key``."""
+        ...
 
 
 class ResultCache:

@@ -26,12 +26,13 @@ from typing import Any, Protocol, runtime_checkable
 
 from klineage.schema.gate_result import GATES, GateOutcome, GateResult
 from klineage.schema.ids import kernel_sha, sha256_text
-from klineage.validator.cache import ResultCache
+from klineage.validator.cache import ResultCache, ResultStore
 from klineage.validator.pool import WorkerPool
 from klineage.validator.runner import (
     DeviceInfo,
     JobOutput,
     ValidationRequestError,
+    WorkloadRef,
     cache_key,
     check_candidate_text,
     load_workload,
@@ -42,7 +43,11 @@ from klineage.validator.runner import (
     validate_job,
 )
 
-__all__ = ["HttpValidator", "LocalValidator", "ValidationRequestError", "ValidatorClient", "ValidatorUnavailable"]
+__all__ = ["HttpValidator", "LocalValidator", "PreparedRequest", "ValidationRequestError", "ValidatorClient",
+           "ValidatorUnavailable", "prepare_request"]
+
+# A checked request: (source, workload, gates in canonical order, shapes or None, result-cache key).
+PreparedRequest = tuple[str, WorkloadRef, tuple[str, ...], tuple[dict[str, int | bool], ...] | None, str]
 
 
 class ValidatorUnavailable(RuntimeError):
@@ -59,11 +64,30 @@ class ValidatorClient(Protocol):
         ...
 
 
+def prepare_request(candidate_source: str, workload_dir: Path | str, gates: Sequence[str] | str | None,
+                    shapes: Any, device: DeviceInfo, seeds: int,
+                    timing: Mapping[str, Any] | None) -> PreparedRequest:
+    """Check a request (raises ValidationRequestError) and return its parts and its result-cache key.
+
+    ``device``: what the jobs run on (the key names the GPU and the versions); ``timing``: the
+    performance-gate options, part of the key only when the performance gate is requested. Every
+    validator that runs jobs itself (``LocalValidator``, ``RayValidator``) keys its cache through here.
+    """
+    source = check_candidate_text(candidate_source)
+    workload = load_workload(workload_dir)
+    wanted = normalize_gates(gates)
+    shape_list = normalize_shapes(list(shapes) if shapes is not None else None)
+    options = timing if "performance" in wanted else None
+    key = cache_key(kernel_sha(source), workload, shape_list, wanted, device, seeds, options)
+    return source, workload, wanted, shape_list, key
+
+
 class LocalValidator:
     """Validate in this process's control, each job sandboxed in a worker subprocess.
 
-    ``cache``: a ResultCache or a path to its SQLite file (None: no cache). ``device``: ``"auto"`` (the
-    GPU when the worker sees one) or ``"cpu"`` (interpreter mode even on a GPU machine).
+    ``cache``: a ResultCache (or any ``ResultStore``) or a path to its SQLite file (None: no cache).
+    ``device``: ``"auto"`` (the GPU when the worker sees one) or ``"cpu"`` (interpreter mode even on a GPU
+    machine).
     ``timeout_s``: wall-clock limit per job (default: derived from the work, ``trusted.job_time_limit``,
     and stated in each gate's metrics). ``pool``: the warm worker pool the jobs run in (default: the
     process-wide ``pool.default_pool()``). ``max_timeout_s``: a cap on any job's limit (the service's).
@@ -73,13 +97,13 @@ class LocalValidator:
     the gate's defaults, 100 ms per case, the vendor timed beside the candidate, no host lead).
     """
 
-    def __init__(self, cache: ResultCache | Path | str | None = None, timeout_s: float | None = None,
+    def __init__(self, cache: ResultStore | Path | str | None = None, timeout_s: float | None = None,
                  device: str = "auto", seeds: int = 5, visible_devices: str | None = None,
                  timing: Mapping[str, Any] | None = None, pool: WorkerPool | None = None,
                  max_timeout_s: float | None = None) -> None:
         if device not in ("auto", "cpu"):
             raise ValueError("device must be 'auto' or 'cpu'")
-        self.cache = cache if isinstance(cache, ResultCache) or cache is None else ResultCache(cache)
+        self.cache: ResultStore | None = ResultCache(cache) if isinstance(cache, Path | str) else cache
         self.timeout_s = timeout_s
         self.force_cpu = device == "cpu"
         self.seeds = seeds
@@ -113,15 +137,10 @@ class LocalValidator:
             return self._ceilings
 
     def prepare(self, candidate_source: str, workload_dir: Path | str, gates: Sequence[str] | str | None,
-                shapes: Any) -> tuple[str, Any, tuple[str, ...], Any, str]:
+                shapes: Any) -> PreparedRequest:
         """Check a request (raises ValidationRequestError) and return its parts and its cache key."""
-        source = check_candidate_text(candidate_source)
-        workload = load_workload(workload_dir)
-        wanted = normalize_gates(gates)
-        shape_list = normalize_shapes(list(shapes) if shapes is not None else None)
-        timing = self.timing if "performance" in wanted else None
-        key = cache_key(kernel_sha(source), workload, shape_list, wanted, self.device_info(), self.seeds, timing)
-        return source, workload, wanted, shape_list, key
+        return prepare_request(candidate_source, workload_dir, gates, shapes, self.device_info(), self.seeds,
+                               self.timing)
 
     def cached(self, key: str) -> GateResult | None:
         """The cached result for a prepared request's key, if any."""
@@ -206,6 +225,12 @@ class HttpValidator:
     def info(self) -> dict[str, Any]:
         """The service's GPU, versions, ceilings and workloads."""
         return dict(self._request("GET", "/v1/info").json())
+
+    def device_info(self) -> DeviceInfo:
+        """What the service's workers run on (from ``/v1/info``), as ``LocalValidator.device_info`` says it."""
+        data = self.info()
+        return DeviceInfo(gpu=str(data["gpu"]), versions={k: str(v) for k, v in data["versions"].items()},
+                          cuda=bool(data["cuda"]), device_count=int(data.get("workers", 1)) if data["cuda"] else 0)
 
     def validate(self, candidate_source: str, workload_dir: Path | str, gates: Sequence[str] = GATES,
                  shapes: Sequence[Mapping[str, int | bool]] | None = None) -> GateResult:

@@ -223,6 +223,34 @@ def _lost_outcome(gate: str, lost: WorkerLost, limit: TimeLimit, started: bool) 
                         **limit.metrics()})
 
 
+ENDED = "the job ended before this gate ran"
+
+
+def assemble_gates(outcomes: Mapping[str, GateOutcome], gates: Sequence[str],
+                   ended: str = ENDED) -> tuple[tuple[GateOutcome, ...], bool]:
+    """Every gate in canonical order from the ``outcomes`` of the gates that ran, and whether the job ran
+    to its end. After a failure the later requested gates are ``skipped``; a gate not requested says so;
+    a requested gate that did not run while nothing failed before it *fails* with ``ended`` (never a
+    pass), and then the result says something about the run, not the candidate: not complete."""
+    failed: str | None = None
+    complete = True
+    final: list[GateOutcome] = []
+    for gate in GATES:
+        if gate in outcomes and failed is None:
+            final.append(outcomes[gate])
+            if outcomes[gate].status == "fail":
+                failed = gate
+        elif gate not in gates:
+            final.append(GateOutcome(gate, "skipped", "not requested"))
+        elif failed is not None:
+            final.append(GateOutcome(gate, "skipped", f"earlier gate failed ({failed})"))
+        else:  # requested, not run, nothing failed before it: never a pass
+            final.append(GateOutcome(gate, "fail", ended))
+            failed = gate
+            complete = False
+    return tuple(final), complete
+
+
 def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shapes: Sequence[Mapping] | None,
                  device: DeviceInfo, timeout_s: float | None = None, seeds: int = 5,
                  ceilings: Mapping[str, Any] | None = None, visible_devices: str | None = None,
@@ -259,25 +287,11 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
                                visible_devices, timing, pool, report.uses_dot, outcomes, notes, max_timeout_s)
         if lost_gate:
             cacheable = False
-    failed: str | None = None
-    final: list[GateOutcome] = []
-    for gate in GATES:
-        if gate in outcomes and failed is None:
-            final.append(outcomes[gate])
-            if outcomes[gate].status == "fail":
-                failed = gate
-        elif gate not in gates:
-            final.append(GateOutcome(gate, "skipped", "not requested"))
-        elif failed is not None:
-            final.append(GateOutcome(gate, "skipped", f"earlier gate failed ({failed})"))
-        else:  # requested, not run, nothing failed before it: never a pass
-            final.append(GateOutcome(gate, "fail", "the job ended before this gate ran"))
-            failed = gate
-            cacheable = False
+    final, complete = assemble_gates(outcomes, gates)
+    cacheable = cacheable and complete
     if keep_workdir:
         notes.setdefault("workdir", None)
-    result = GateResult(kernel_sha=sha, gpu=gpu, versions=versions, gates=tuple(final),
-                        workload=workload.name, date=_now())
+    result = GateResult(kernel_sha=sha, gpu=gpu, versions=versions, gates=final, workload=workload.name, date=_now())
     return JobOutput(result=result, cacheable=cacheable, wall_s=time.monotonic() - start, notes=notes)
 
 

@@ -27,6 +27,11 @@ Each job runs through ``runner.validate_job``: this process is the trusted side 
 comparison, verdict, cache); the candidate runs only in a warm sandboxed worker process
 (``pool.py``), so a hang or crash ends that job (and that worker) and the service answers the next.
 Results are cached in SQLite (``KLINEAGE_VALIDATOR_CACHE``, default ``.klineage/validator/cache.sqlite``).
+
+With ``ServiceConfig.ray_address`` (``klineage validator serve --ray ADDRESS``) the jobs run on a Ray
+cluster instead (``ray_backend.RayValidator``: one actor per GPU of the cluster, each a trusted side with
+its own warm workers, the same gates, limits and documents; the SQLite cache here shared by every actor);
+the service keeps one thread per actor feeding them, and checks requests and the cache as before.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -56,6 +61,9 @@ from klineage.validator.client import LocalValidator
 from klineage.validator.pool import shutdown_default_pool
 from klineage.validator.runner import ValidationRequestError
 from klineage.validator.sandbox import kill_live_workers
+
+if TYPE_CHECKING:
+    from klineage.validator.ray_backend import RayValidator
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 TOKEN_ENV = "KLINEAGE_VALIDATOR_TOKEN"
@@ -87,6 +95,9 @@ class ServiceConfig:
     token: str | None = field(default_factory=lambda: os.environ.get(TOKEN_ENV) or None)
     max_queued: int = 64
     max_shape_elements: int = 1 << 31
+    # Run jobs on a Ray cluster: "auto", "local", "HOST:PORT" or "ray://HOST:PORT" (None: in this process).
+    # ``workers`` then counts Ray actors (default: one per GPU of the cluster, or per CPU without GPUs).
+    ray_address: str | None = None
 
 
 @dataclass
@@ -143,10 +154,25 @@ class JobManager:
         self.threads: list[threading.Thread] = []
         self.ceilings: dict[str, Any] | None = None
         self.ceilings_error: str | None = None
-        self.info_validator = LocalValidator(cache=cache, timeout_s=config.job_timeout_s, device=config.device)
+        self.ray: RayValidator | None = None
+        if config.ray_address is not None:
+            from klineage.validator.ray_backend import RayValidator
+
+            self.ray = RayValidator(config.ray_address, cache=cache, device=config.device, actors=config.workers,
+                                    timeout_s=config.job_timeout_s, max_timeout_s=config.max_job_timeout_s)
+        self.info_validator: LocalValidator | RayValidator = self.ray or LocalValidator(
+            cache=cache, timeout_s=config.job_timeout_s, device=config.device)
 
     def start(self) -> None:
-        """Probe the device and start one worker thread per GPU (one without a GPU)."""
+        """Probe the device and start one worker thread per GPU (one without a GPU); with Ray, one per
+        job slot of the cluster's actors."""
+        if self.ray is not None:
+            for i in range(self.ray.slots):
+                thread = threading.Thread(target=self._work, args=(self.ray, i == 0), daemon=True,
+                                          name=f"klineage-validator-ray-{i}")
+                thread.start()
+                self.threads.append(thread)
+            return
         info = self.info_validator.device_info()
         count = self.config.workers or (max(1, info.device_count) if info.cuda else 1)
         for i in range(count):
@@ -167,8 +193,10 @@ class JobManager:
         kill_live_workers()
         shutdown_default_pool()
         shutdown_baseline_timers()
+        if self.ray is not None:
+            self.ray.close()
 
-    def _work(self, validator: LocalValidator, first: bool) -> None:
+    def _work(self, validator: LocalValidator | RayValidator, first: bool) -> None:
         if first and self.config.measure_ceilings_at_start and validator.device_info().cuda:
             try:
                 self.ceilings = validator.ceilings()
@@ -328,7 +356,8 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
             ceilings = {"status": "no GPU: not measured"} if not device.cuda else \
                 {"status": manager.ceilings_error or "measuring"}
         return {"gpu": device.gpu, "versions": device.versions, "cuda": device.cuda,
-                "workers": len(manager.threads), "ceilings": ceilings, "gates": list(GATES),
+                "workers": len(manager.threads), "backend": "ray" if manager.ray is not None else "local",
+                "ceilings": ceilings, "gates": list(GATES),
                 "workloads": manager.workload_names(),
                 "workload_roots": [str(p) for p in config.workload_roots],
                 "limits": {"max_body_bytes": config.max_body_bytes, "max_sync_wait_s": config.max_sync_wait_s,
