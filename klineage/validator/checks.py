@@ -351,19 +351,20 @@ def run_integrity(runner: CandidateRunner, reference: Any, manifest: Any, shapes
 
     A third call follows the two identical ones: the same input tensors (in the worker), refilled in
     place with another seed's data, must give that data's answer (an output memoized by tensor address
-    does not). Each case runs inside ``hold(exclusive)``, exclusive for an autotuned candidate: its
-    first unpinned call per shape is where Triton's autotuner times the configs, and that choice must
-    be made on a quiet GPU, as the performance gate's timing is.
+    does not). Each case runs inside ``hold(False)`` (the device shared with other jobs' checks). On a GPU
+    an autotuned candidate first gets one call of its own per case inside ``hold(True)``: its first
+    unpinned call per shape is where Triton's autotuner times the configs, and that choice must be made on
+    a quiet GPU, as the performance gate's timing is; the checked calls that follow (the inputs sent back,
+    compared) then need the device only shared.
     """
     cases = 0
     if findings.violations:
         return _violation_outcome(findings.violations, {"host_op_violations": dict(findings.violations)})
-    autotuned = int(getattr(runner, "configs", 1) or 1) > 1
+    tunes = not interpret and int(getattr(runner, "configs", 1) or 1) > 1
     for shape in shapes:
         for dtype in manifest.dtypes:
-            with hold(autotuned):
-                outcome = _integrity_case(runner, reference, manifest, shape, dtype, device, findings, interpret,
-                                          uses_dot)
+            outcome = _integrity_case(runner, reference, manifest, shape, dtype, device, findings, interpret,
+                                      uses_dot, hold, tunes)
             if outcome is not None:
                 return outcome
             cases += 1
@@ -371,13 +372,33 @@ def run_integrity(runner: CandidateRunner, reference: Any, manifest: Any, shapes
 
 
 def _integrity_case(runner: CandidateRunner, reference: Any, manifest: Any, shape: dict, dtype: str, device: str,
-                    findings: Findings, interpret: bool, uses_dot: bool) -> dict[str, Any] | None:
+                    findings: Findings, interpret: bool, uses_dot: bool,
+                    hold: Callable[[bool], AbstractContextManager[None]] = no_hold,
+                    tunes: bool = False) -> dict[str, Any] | None:
     """One (shape, dtype) of the integrity gate: a failing outcome, or None when the case passed."""
     label = case_label(shape, dtype, 4242)
-    inputs = reference.make_inputs(dict(shape), dtype, 4242, device=device)
-    saved = _snapshot(inputs)
+    with hold(False):
+        inputs = reference.make_inputs(dict(shape), dtype, 4242, device=device)
+        saved = _snapshot(inputs)
+    if tunes:
+        try:
+            with hold(True):  # the autotuner's sweep for this shape: on a quiet GPU
+                findings.add(runner.call("integrity", inputs))
+        except CandidateError as exc:
+            return {"status": "fail", "reason": f"run raised on {label}: {exc}", "metrics": {"case": label}}
+    with hold(False):
+        return _integrity_checked_calls(runner, reference, manifest, shape, dtype, device, label, inputs, saved,
+                                        findings, interpret, uses_dot, sent=tunes)
+
+
+def _integrity_checked_calls(runner: CandidateRunner, reference: Any, manifest: Any, shape: dict, dtype: str,
+                             device: str, label: str, inputs: Any, saved: Any, findings: Findings, interpret: bool,
+                             uses_dot: bool, sent: bool) -> dict[str, Any] | None:
+    """The checked calls of one integrity case. ``sent``: the worker already holds this case's inputs (from
+    the autotuning call before), and the first checked call runs on those same tensors, so a change either
+    call made to them is seen against ``saved``."""
     try:
-        first = runner.call("integrity", inputs, return_inputs=True)
+        first = runner.call("integrity", None if sent else inputs, return_inputs=True)
         findings.add(first)
         if first.inputs is None or len(first.inputs) != len(saved):
             return {"status": "fail", "metrics": {"case": label},

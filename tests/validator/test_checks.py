@@ -166,3 +166,71 @@ def test_autotuners_time_each_config_for_the_jobs_rep_unless_they_bring_their_ow
     assert set_autotune_rep(module, 20.0) == 1
     assert default._do_bench is not None and default._do_bench is not own._do_bench
     assert own._do_bench([], None) == [1.0, 1.0, 1.0]  # its own benchmark, untouched
+
+
+def _integrity_fixture(modify_on_call: int | None = None):
+    """An in-process candidate runner over tensors it keeps per slot (as the worker does) and the holds taken."""
+    import contextlib
+    import types
+    import typing
+
+    from klineage.validator.checks import CallResult
+
+    class Reference:
+        def make_inputs(self, shape, dtype, seed, device="cpu"):
+            return (torch.full((shape["n"],), float(seed)),)
+
+        def reference(self, x):
+            return x * 2
+
+    events: list[str] = []
+    held: list[bool] = []
+
+    class Runner:
+        configs = 4
+        slots: typing.ClassVar[dict] = {}
+        calls = 0
+
+        def call(self, slot, inputs=None, config=None, return_inputs=False):
+            events.append(f"call {'exclusive' if held[-1] else 'shared'}")
+            if inputs is not None:
+                self.slots[slot] = tuple(t.clone() for t in inputs)
+            Runner.calls += 1
+            x = self.slots[slot][0]
+            if modify_on_call == Runner.calls:
+                x.add_(1)
+            return CallResult(out=x * 2, out_devices=("cpu",), launches=1,
+                              inputs=tuple(t.clone() for t in self.slots[slot]) if return_inputs else None)
+
+        def refill(self, slot, inputs):
+            for mine, new in zip(self.slots[slot], inputs, strict=True):
+                mine.copy_(new)
+
+    @contextlib.contextmanager
+    def hold(exclusive: bool):
+        held.append(exclusive)
+        try:
+            yield
+        finally:
+            held.pop()
+
+    manifest = types.SimpleNamespace(dtypes=["fp32"], tolerance={"fp32": 1e-5})
+    return Runner(), Reference(), manifest, hold, events
+
+
+def test_an_autotuned_candidate_holds_the_gpu_alone_only_for_its_sweep() -> None:
+    from klineage.validator.checks import Findings, run_integrity
+
+    runner, reference, manifest, hold, events = _integrity_fixture()
+    outcome = run_integrity(runner, reference, manifest, [{"n": 4}, {"n": 8}], "cuda", Findings(), hold=hold)
+    assert outcome["status"] == "pass", outcome
+    # per case: the sweep call alone, then the three checked calls with the device shared
+    assert events == ["call exclusive", "call shared", "call shared", "call shared"] * 2
+
+
+def test_an_input_changed_by_the_sweep_call_is_still_caught() -> None:
+    from klineage.validator.checks import Findings, run_integrity
+
+    runner, reference, manifest, hold, _ = _integrity_fixture(modify_on_call=1)
+    outcome = run_integrity(runner, reference, manifest, [{"n": 4}], "cuda", Findings(), hold=hold)
+    assert outcome["status"] == "fail" and "modified its input 0" in outcome["reason"]
