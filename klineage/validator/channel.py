@@ -90,19 +90,24 @@ def recv_message(sock: socket.socket, deadline: float | None = None,
     return header, payload
 
 
+def _map_leaves(value: Any, is_leaf: Any, fn: Any) -> Any:
+    """``value`` with ``fn`` applied to every leaf (``is_leaf``) inside tuples, lists and dicts."""
+    if is_leaf(value):
+        return fn(value)
+    if isinstance(value, tuple):
+        return tuple(_map_leaves(x, is_leaf, fn) for x in value)
+    if isinstance(value, list):
+        return [_map_leaves(x, is_leaf, fn) for x in value]
+    if isinstance(value, dict):
+        return {k: _map_leaves(x, is_leaf, fn) for k, x in value.items()}
+    return value
+
+
 def _map_tensors(value: Any, fn: Any) -> Any:
     """``value`` with ``fn`` applied to every tensor inside tuples, lists and dicts."""
     import torch
 
-    if isinstance(value, torch.Tensor):
-        return fn(value)
-    if isinstance(value, tuple):
-        return tuple(_map_tensors(x, fn) for x in value)
-    if isinstance(value, list):
-        return [_map_tensors(x, fn) for x in value]
-    if isinstance(value, dict):
-        return {k: _map_tensors(x, fn) for k, x in value.items()}
-    return value
+    return _map_leaves(value, lambda v: isinstance(v, torch.Tensor), fn)
 
 
 SHELL = "__tensor_shell__"
@@ -121,21 +126,16 @@ def from_shells(value: Any, device: Any) -> Any:
     """The tensors ``shells`` described, allocated on ``device`` with the same layout (uninitialized)."""
     import torch
 
-    if isinstance(value, dict) and set(value) == {SHELL}:
-        name, shape, stride, offset = value[SHELL]
+    def allocate(shell: dict[str, Any]) -> Any:
+        name, shape, stride, offset = shell[SHELL]
         dtype = getattr(torch, str(name), None)
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"a tensor shell names no dtype: {name!r}")
         extent = 0 if any(n == 0 for n in shape) else 1 + sum((n - 1) * st for n, st in zip(shape, stride, strict=True))
         storage = torch.empty(int(offset) + extent, dtype=dtype, device=device)
         return storage.as_strided(tuple(shape), tuple(stride), int(offset))
-    if isinstance(value, tuple):
-        return tuple(from_shells(x, device) for x in value)
-    if isinstance(value, list):
-        return [from_shells(x, device) for x in value]
-    if isinstance(value, dict):
-        return {k: from_shells(x, device) for k, x in value.items()}
-    return value
+
+    return _map_leaves(value, lambda v: isinstance(v, dict) and set(v) == {SHELL}, allocate)
 
 
 def pack(value: Any) -> bytes:

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -365,48 +365,54 @@ def _run_phases(source: str, phases: list[tuple[list[str], WorkerMode]], pool: W
         current = phase_gates[0]
         started = False
         try:
-            with pool.worker(mode) as worker:
-                job_dir = Path(tempfile.mkdtemp(prefix="job-", dir=worker.dir))
+            with pool.worker(mode) as worker, _job_folder(worker, source) as job_dir:
+                candidate = RemoteCandidate(worker, job_dir, deadline, where)
+                needs_module = any(g != "compile" for g in phase_gates)
                 try:
-                    (job_dir / "candidate.py").write_text(source, encoding="utf-8")
-                    candidate = RemoteCandidate(worker, job_dir, deadline, where)
-                    needs_module = any(g != "compile" for g in phase_gates)
-                    try:
-                        with _checking(where, on_gpu):
-                            candidate.load(compile_only=not needs_module, cpu_seconds=cpu_seconds,
-                                           autotune_rep_ms=timing.get("autotune_rep_ms"))
-                        load_error = None
-                    except CandidateError as exc:
-                        load_error = str(exc)
-                    for gate in phase_gates:
-                        current, started = gate, True
-                        gate_start, waited = time.monotonic(), waited_s()
-                        trips, busy = candidate.round_trip_s, candidate.worker_busy_s
-                        if gate == "compile":
-                            outcome = _compile_gate(candidate, compile_cases, portability)
-                        else:
-                            outcome = _one_gate(gate, candidate, load_error, reference, manifest, grid, where,
-                                                on_gpu, uses_dot, findings, seeds, ceilings, timing, rep_ms)
-                        metrics = {**outcome.get("metrics", {}), **limit.metrics(),
-                                   "gate_wall_s": round(time.monotonic() - gate_start, 3),
-                                   "lock_wait_s": round(waited_s() - waited, 3),
-                                   "worker_round_trip_s": round(candidate.round_trip_s - trips, 3),
-                                   "worker_busy_s": round(candidate.worker_busy_s - busy, 3)}
-                        outcomes[gate] = GateOutcome(gate, outcome["status"], outcome.get("reason", ""), metrics)
-                        if outcome["status"] == "fail":
-                            break
-                    cuda_error = candidate.unload()
-                    if cuda_error:
-                        notes["cuda_error"] = cuda_error
-                        worker.kill()  # a sticky CUDA error: this worker's context is unusable
-                finally:
-                    shutil.rmtree(job_dir, ignore_errors=True)
+                    with _checking(where, on_gpu):
+                        candidate.load(compile_only=not needs_module, cpu_seconds=cpu_seconds,
+                                       autotune_rep_ms=timing.get("autotune_rep_ms"))
+                    load_error = None
+                except CandidateError as exc:
+                    load_error = str(exc)
+                for gate in phase_gates:
+                    current, started = gate, True
+                    gate_start, waited = time.monotonic(), waited_s()
+                    trips, busy = candidate.round_trip_s, candidate.worker_busy_s
+                    if gate == "compile":
+                        outcome = _compile_gate(candidate, compile_cases, portability)
+                    else:
+                        outcome = _one_gate(gate, candidate, load_error, reference, manifest, grid, where,
+                                            on_gpu, uses_dot, findings, seeds, ceilings, timing, rep_ms)
+                    metrics = {**outcome.get("metrics", {}), **limit.metrics(),
+                               "gate_wall_s": round(time.monotonic() - gate_start, 3),
+                               "lock_wait_s": round(waited_s() - waited, 3),
+                               "worker_round_trip_s": round(candidate.round_trip_s - trips, 3),
+                               "worker_busy_s": round(candidate.worker_busy_s - busy, 3)}
+                    outcomes[gate] = GateOutcome(gate, outcome["status"], outcome.get("reason", ""), metrics)
+                    if outcome["status"] == "fail":
+                        break
+                cuda_error = candidate.unload()
+                if cuda_error:
+                    notes["cuda_error"] = cuda_error
+                    worker.kill()  # a sticky CUDA error: this worker's context is unusable
         except WorkerLost as lost:
             outcomes[current] = _lost_outcome(current, lost, limit, started)
             return current
         if any(o.status == "fail" for o in outcomes.values()):
             break
     return None
+
+
+@contextlib.contextmanager
+def _job_folder(worker: Any, source: str) -> Iterator[Path]:
+    """A fresh folder of one job under the worker's own, holding the candidate; removed afterwards."""
+    job_dir = Path(tempfile.mkdtemp(prefix="job-", dir=worker.dir))
+    try:
+        (job_dir / "candidate.py").write_text(source, encoding="utf-8")
+        yield job_dir
+    finally:
+        shutil.rmtree(job_dir, ignore_errors=True)
 
 
 def _compile_gate(candidate: RemoteCandidate, cases: list[tuple[str, Any]], portability: bool) -> dict[str, Any]:
@@ -441,17 +447,13 @@ class _PortabilityReport:
 
         began = time.monotonic()
         try:
-            with pool.worker(WorkerMode(interpret=False, cpu_only=True)) as worker:
-                job_dir = Path(tempfile.mkdtemp(prefix="job-", dir=worker.dir))
-                try:
-                    (job_dir / "candidate.py").write_text(source, encoding="utf-8")
-                    candidate = RemoteCandidate(worker, job_dir, deadline, "cpu")
-                    candidate.load(compile_only=True, cpu_seconds=cpu_seconds)
-                    self._variants = candidate.cross_compile(cases, PORTABILITY_ARCH)
-                    self._error = None
-                    candidate.unload()
-                finally:
-                    shutil.rmtree(job_dir, ignore_errors=True)
+            with pool.worker(WorkerMode(interpret=False, cpu_only=True)) as worker, \
+                    _job_folder(worker, source) as job_dir:
+                candidate = RemoteCandidate(worker, job_dir, deadline, "cpu")
+                candidate.load(compile_only=True, cpu_seconds=cpu_seconds)
+                self._variants = candidate.cross_compile(cases, PORTABILITY_ARCH)
+                self._error = None
+                candidate.unload()
         except Exception as exc:  # a report, never a verdict: say why it is missing
             self._error = one_line(exc)[:300]
         finally:
