@@ -30,6 +30,10 @@ class GateOutcome:
         return {"gate": self.gate, "status": self.status, "reason": self.reason, "metrics": dict(self.metrics)}
 
 
+#: What ``GateResult.gpu`` says when no GPU judged the candidate (correctness under the interpreter only).
+NO_GPU = "none (CPU: Triton interpreter, cross-compile only)"
+
+
 @dataclass(frozen=True)
 class GateResult:
     """The verdict on one candidate: ``pass`` only when no gate failed."""
@@ -45,6 +49,11 @@ class GateResult:
     def verdict(self) -> str:
         """``"fail"`` when any gate failed, else ``"pass"`` (skipped gates do not fail a candidate)."""
         return "fail" if any(g.status == "fail" for g in self.gates) else "pass"
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether a GPU judged the candidate (so its performance gate could time it, whatever the verdict)."""
+        return bool(self.gpu) and not self.gpu.startswith("none")
 
     @property
     def failed_gate(self) -> GateOutcome | None:

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 _WAITED = threading.local()
+_ALONE = threading.local()  # .lock: the DeviceLock this thread holds alone (``DeviceLock.alone``), if any
 
 
 def waited_s() -> float:
@@ -57,6 +58,9 @@ class DeviceLock:
     def shared(self) -> Iterator[None]:
         """Hold the device together with other checking gates (waits for a timing run that holds the device
         or waits for it when this check arrives, and for no later one)."""
+        if self._held_alone():
+            yield
+            return
         start = time.monotonic()
         with self._cond:
             if self._exclusive or self._waiting_exclusive:
@@ -82,6 +86,9 @@ class DeviceLock:
     def exclusive(self) -> Iterator[None]:
         """Hold the device alone (waits for every current holder, and for the checks that queued behind the
         previous timing run)."""
+        if self._held_alone():
+            yield
+            return
         start = time.monotonic()
         with self._cond:
             self._waiting_exclusive += 1
@@ -100,6 +107,25 @@ class DeviceLock:
                 self._exclusive = False
                 self._phase += 1
                 self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        """Hold the device alone for everything this thread does inside: its own ``shared`` and ``exclusive``
+        holds pass straight through meanwhile, every other thread's wait. For a job that ran out of device
+        memory beside other jobs and is run once more with the GPU to itself (``runner.validate_job``).
+        Re-entrant in one thread."""
+        if self._held_alone():
+            yield
+            return
+        with self.exclusive():
+            _ALONE.lock = self
+            try:
+                yield
+            finally:
+                _ALONE.lock = None
+
+    def _held_alone(self) -> bool:
+        return getattr(_ALONE, "lock", None) is self
 
     def state(self) -> tuple[int, bool, int]:
         """(shared holders, held exclusively, exclusive waiters): for tests and progress lines."""

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -262,7 +263,9 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
     workload's ``make_inputs``, runs the reference, compares, times the baseline and decides each gate.
     The candidate runs only in a warm worker of ``pool`` (default: the process-wide pool), which answers
     outputs and findings over a channel (``trusted.RemoteCandidate``). A gate that was requested and did
-    not run is a ``fail`` (never a pass); after a crash or a time-out the result is not cacheable.
+    not run is a ``fail`` (never a pass); after a crash or a time-out the result is not cacheable. A job that
+    ran out of GPU memory (``out_of_memory``) runs once more holding the GPU alone (``DeviceLock.alone``;
+    ``notes["out_of_memory_retry"]`` says why) and is not cached if it runs out again.
 
     ``gates`` come from ``normalize_gates``; ``device`` from ``probe_device``. On a CPU device the worker
     runs under ``TRITON_INTERPRET=1`` (the compile gate in a compile-mode worker). ``timeout_s``
@@ -283,9 +286,21 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
     remaining = [g for g in gates if g != "static"]
     start = time.monotonic()
     if report.ok and remaining:
+        static = dict(outcomes)
         lost_gate = _run_gates(source, workload, remaining, shapes, device, timeout_s, seeds, ceilings,
                                visible_devices, timing, pool, report.uses_dot, outcomes, notes, max_timeout_s)
-        if lost_gate:
+        crowded = device.cuda and out_of_memory(outcomes.values())
+        if crowded:
+            # Other jobs' tensors filled the GPU: that says nothing about the candidate. Once more, alone.
+            notes["out_of_memory_retry"] = crowded
+            outcomes.clear()
+            outcomes.update(static)
+            with device_lock(_device_string(device, visible_devices)).alone():
+                _release_cached_memory()
+                lost_gate = _run_gates(source, workload, remaining, shapes, device, timeout_s, seeds, ceilings,
+                                       visible_devices, timing, pool, report.uses_dot, outcomes, notes,
+                                       max_timeout_s)
+        if lost_gate or (crowded and out_of_memory(outcomes.values())):
             cacheable = False
     final, complete = assemble_gates(outcomes, gates)
     cacheable = cacheable and complete
@@ -293,6 +308,28 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
         notes.setdefault("workdir", None)
     result = GateResult(kernel_sha=sha, gpu=gpu, versions=versions, gates=final, workload=workload.name, date=_now())
     return JobOutput(result=result, cacheable=cacheable, wall_s=time.monotonic() - start, notes=notes)
+
+
+_OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")
+
+
+def out_of_memory(outcomes: Iterable[GateOutcome]) -> str | None:
+    """The reason of the first failed gate that ran out of GPU memory, or None. With several jobs on one GPU
+    such a failure is the crowd's, not the candidate's: ``validate_job`` runs the job again with the GPU to
+    itself, and a job that runs out of memory even then is not cached (it may be the crowd's still: other
+    processes' memory stays allocated)."""
+    for outcome in outcomes:
+        if outcome.status == "fail" and _OUT_OF_MEMORY.search(outcome.reason):
+            return outcome.reason[:300]
+    return None
+
+
+def _release_cached_memory() -> None:
+    """Give the trusted side's unused cached GPU blocks back to the driver (for a job retried alone)."""
+    import torch
+
+    with contextlib.suppress(Exception):
+        torch.cuda.empty_cache()
 
 
 def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes: Sequence[Mapping] | None,

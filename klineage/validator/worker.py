@@ -46,6 +46,8 @@ def environment() -> dict[str, Any]:
     import torch
     import triton
 
+    from klineage.schema.gate_result import NO_GPU
+
     cuda = torch.cuda.is_available()
     versions = {"torch": str(torch.__version__), "triton": str(triton.__version__),
                 "numpy": str(numpy.__version__), "python": platform.python_version(),
@@ -54,7 +56,7 @@ def environment() -> dict[str, Any]:
         major, minor = torch.cuda.get_device_capability()
         gpu = f"{torch.cuda.get_device_name()} (sm_{major}{minor})"
     else:
-        gpu = "none (CPU: Triton interpreter, cross-compile only)"
+        gpu = NO_GPU
     return {"gpu": gpu, "versions": versions, "cuda": cuda,
             "device_count": torch.cuda.device_count() if cuda else 0}
 

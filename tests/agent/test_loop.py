@@ -114,6 +114,17 @@ def test_a_failed_start_is_never_returned() -> None:
     assert report.calls_wasted == report.calls_used == 3
 
 
+def test_on_a_gpu_a_failed_start_still_leaves_every_candidate_timed() -> None:
+    start = _problem().source
+    validator = ScriptedValidator(lambda source: ("correctness", 0.0) if source == start else _speed(source))
+    report = optimize(_problem(), ListPlanner(list(MOVES)), validator, budget=3)
+    assert report.measured is True  # the start failing says nothing about whether candidates can be timed
+    passed = [a for a in report.trajectory if a.verdict == "pass"]
+    assert passed and all(a.speedup is not None for a in passed)
+    assert report.best is not None and report.best.speedup == max(a.speedup for a in passed)
+    assert next(a for a in report.trajectory if a.accepted) is passed[0]  # the first pass is kept: nothing to beat
+
+
 def test_a_move_that_changes_nothing_costs_no_call() -> None:
     validator = ScriptedValidator(_speed)
     nothing = single("causal-skip")  # an attention move: no place for it in an RMSNorm kernel

@@ -167,3 +167,36 @@ def test_checks_queued_behind_a_timing_run_go_before_the_next_one() -> None:
     for thread in (first, queued_check, second):
         thread.join(5)
     assert events == ["timing 1 start", "timing 1 end", "check", "timing 2 start", "timing 2 end"]
+
+
+def test_a_job_run_alone_passes_its_own_holds_and_keeps_everyone_else_out() -> None:
+    lock = DeviceLock()
+    events: list[str] = []
+    inside = threading.Event()
+    may_leave = threading.Event()
+
+    def retried_job() -> None:
+        with lock.alone():
+            with lock.shared(), lock.exclusive(), lock.alone():  # its own gates' holds: no self-deadlock
+                events.append("job gates")
+            assert lock.state() == (0, True, 0)
+            inside.set()
+            may_leave.wait(5)
+        events.append("job done")
+
+    def other_check() -> None:
+        with lock.shared():
+            events.append("other check")
+
+    job = threading.Thread(target=retried_job)
+    job.start()
+    assert inside.wait(5)
+    other = threading.Thread(target=other_check)
+    other.start()
+    time.sleep(0.05)
+    assert "other check" not in events  # another job's check waits while the retried job has the GPU
+    may_leave.set()
+    for thread in (job, other):
+        thread.join(5)
+    assert events == ["job gates", "job done", "other check"]
+    assert lock.state() == (0, False, 0)

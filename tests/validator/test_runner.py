@@ -211,3 +211,33 @@ def test_the_sm80_report_made_beside_the_gates_is_the_one_made_inside(validator:
     assert variants == [] and error and "nothing cross-compiled for sm_80" in error  # missing, and says why
     failed = with_portability({"status": "fail", "reason": "x does not fit", "metrics": {}}, [], "lost")
     assert failed["reason"] == "x does not fit" and failed["metrics"]["sm_80"]["error"] == "lost"
+
+
+OOM = "run raised on bf16 {'M': 8192} seed 1 (base): OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB"
+
+
+@pytest.mark.parametrize("second_run_oom", [False, True])
+def test_a_job_that_ran_out_of_gpu_memory_runs_again_alone_and_is_cached_only_if_it_then_fits(
+        monkeypatch: pytest.MonkeyPatch, second_run_oom: bool) -> None:
+    from klineage.schema.gate_result import GateOutcome
+    from klineage.validator import runner
+    from klineage.validator.device_lock import device_lock
+
+    runs: list[tuple[int, bool, int]] = []
+
+    def crowded_then_alone(source, workload, remaining, *args) -> None:
+        outcomes = args[-3]
+        runs.append(device_lock("cuda:0").state())
+        oom = not runs[1:] or second_run_oom
+        outcomes["correctness"] = GateOutcome("correctness", "fail" if oom else "pass", OOM if oom else "ok")
+        return None
+
+    monkeypatch.setattr(runner, "_run_gates", crowded_then_alone)
+    gpu = runner.DeviceInfo(gpu="NVIDIA H100 80GB HBM3 (sm_90)", versions={}, cuda=True, device_count=1)
+    source = (ROWSUM / "kernel.py").read_text()
+    job = runner.validate_job(source, runner.load_workload(ROWSUM), ["static", "correctness"], None, gpu)
+    assert runs == [(0, False, 0), (0, True, 0)]  # the second run held the GPU alone
+    assert job.notes["out_of_memory_retry"].startswith("run raised")
+    assert job.result.verdict == ("fail" if second_run_oom else "pass")
+    assert job.cacheable is (not second_run_oom)
+    assert runner.out_of_memory(job.result.gates) == (OOM if second_run_oom else None)
