@@ -9,6 +9,9 @@ import math
 import torch
 
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+#: float64 scores made at once (2^26 elements, 512 MiB): the whole score tensor of a long sequence would take
+#: tens of GB, and the validator runs several jobs' references on one GPU.
+_SCORES_LIMIT = 1 << 26
 
 
 def slopes(heads: int, device: str | torch.device = "cpu") -> torch.Tensor:
@@ -16,9 +19,10 @@ def slopes(heads: int, device: str | torch.device = "cpu") -> torch.Tensor:
     return torch.tensor([2.0 ** (-8.0 * (h + 1) / heads) for h in range(heads)], device=device)
 
 
-def _bias(heads: int, seq: int, device: torch.device) -> torch.Tensor:
-    """(H, S, S) additive bias: −slope·(i − j) on and below the diagonal, −inf above it (float64)."""
-    i = torch.arange(seq, device=device)[:, None]
+def _bias(heads: int, seq: int, device: torch.device, rows: slice = slice(None)) -> torch.Tensor:
+    """(H, S, S) additive bias: −slope·(i − j) on and below the diagonal, −inf above it (float64); only the
+    query rows ``rows`` when given."""
+    i = torch.arange(seq, device=device)[rows][:, None]
     j = torch.arange(seq, device=device)[None, :]
     dist = (i - j).double()
     bias = -slopes(heads, device).double()[:, None, None] * dist
@@ -33,10 +37,17 @@ def make_inputs(shape: dict, dtype: str, seed: int, device: str = "cpu") -> tupl
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Accurate: float64 scores, bias, softmax and product, rounded once to the input dtype."""
-    scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(q.shape[-1])
-    scores = scores + _bias(q.shape[1], q.shape[2], q.device)
-    return (torch.softmax(scores, dim=-1) @ v.double()).to(q.dtype)
+    """Accurate: float64 scores, bias, softmax and product, rounded once to the input dtype; a block of query
+    rows at a time (each row's softmax is its own, so the blocks give the same answer as one pass)."""
+    b, h, s, d = q.shape
+    kt, vd = k.double().transpose(-1, -2), v.double()
+    out = torch.empty_like(q)
+    step = max(1, _SCORES_LIMIT // (b * h * s))
+    for start in range(0, s, step):
+        rows = slice(start, min(s, start + step))
+        scores = q[:, :, rows].double() @ kt / math.sqrt(d) + _bias(h, s, q.device, rows)
+        out[:, :, rows] = (torch.softmax(scores, dim=-1) @ vd).to(q.dtype)
+    return out
 
 
 def vendor(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -11,10 +11,14 @@ import torch
 
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
+#: float64 scores made at once (2^26 elements, 512 MiB): the whole score tensor of a long sequence would take
+#: tens of GB, and the validator runs several jobs' references on one GPU.
+_SCORES_LIMIT = 1 << 26
 
-def _allowed(seq: int, window: int, device: torch.device) -> torch.Tensor:
-    """(S, S) boolean mask, True where query i may attend to key j."""
-    i = torch.arange(seq, device=device)[:, None]
+
+def _allowed(seq: int, window: int, device: torch.device, rows: slice = slice(None)) -> torch.Tensor:
+    """(S, S) boolean mask, True where query i may attend to key j; only the query rows ``rows`` when given."""
+    i = torch.arange(seq, device=device)[rows][:, None]
     j = torch.arange(seq, device=device)[None, :]
     return (j <= i) & (j > i - window)
 
@@ -33,10 +37,18 @@ def make_inputs(shape: dict, dtype: str, seed: int, device: str = "cpu") -> tupl
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> torch.Tensor:
-    """Accurate: float64 scores, window mask, softmax and product, rounded once to the input dtype."""
-    scores = q.double() @ k.double().transpose(-1, -2) / math.sqrt(q.shape[-1])
-    scores = scores.masked_fill(~_allowed(q.shape[2], window, q.device), float("-inf"))
-    return (torch.softmax(scores, dim=-1) @ v.double()).to(q.dtype)
+    """Accurate: float64 scores, window mask, softmax and product, rounded once to the input dtype; a block of
+    query rows at a time (each row's softmax is its own, so the blocks give the same answer as one pass)."""
+    b, h, s, d = q.shape
+    kt, vd = k.double().transpose(-1, -2), v.double()
+    out = torch.empty_like(q)
+    step = max(1, _SCORES_LIMIT // (b * h * s))
+    for start in range(0, s, step):
+        rows = slice(start, min(s, start + step))
+        scores = q[:, :, rows].double() @ kt / math.sqrt(d)
+        scores = scores.masked_fill(~_allowed(s, window, q.device, rows), float("-inf"))
+        out[:, :, rows] = (torch.softmax(scores, dim=-1) @ vd).to(q.dtype)
+    return out
 
 
 def vendor(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> torch.Tensor:
