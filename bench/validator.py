@@ -112,7 +112,9 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-SPLIT = ("lock_wait_s", "worker_round_trip_s", "worker_busy_s")  # where a gate's wall time went (runner metrics)
+# where a gate's wall time went (runner metrics), and its part that held the GPU alone
+SPLIT = ("lock_wait_s", "worker_round_trip_s", "worker_busy_s", "held_alone_s")
+SPLIT_LABELS = ("queued for the device", "waiting on the worker", "worker working", "GPU held alone")
 
 
 def from_cache(path: Path, since: datetime | None = None, until: datetime | None = None) -> dict[str, Any]:
@@ -131,6 +133,7 @@ def from_cache(path: Path, since: datetime | None = None, until: datetime | None
     per_gate: dict[str, list[float]] = {}
     split: dict[str, dict[str, list[float]]] = {key: {} for key in SPLIT}
     totals: list[float] = []
+    alone: list[float] = []  # per candidate (results that recorded held_alone_s)
     gpus: set[str] = set()
     for _workload, _created, doc in rows:
         result = json.loads(doc)
@@ -146,6 +149,10 @@ def from_cache(path: Path, since: datetime | None = None, until: datetime | None
                 if metrics.get(key) is not None:
                     split[key].setdefault(gate["gate"], []).append(float(metrics[key]))
         totals.append(total)
+        held = [float((g.get("metrics") or {})["held_alone_s"]) for g in result.get("gates", [])
+                if (g.get("metrics") or {}).get("held_alone_s") is not None]
+        if held:
+            alone.append(sum(held))
     created = sorted(datetime.fromisoformat(r[1]) for r in rows)
     span_s = max((created[-1] - created[0]).total_seconds(), 1.0)
     return {"cache": str(path), "gpus": sorted(gpus), "candidates": len(rows),
@@ -154,6 +161,9 @@ def from_cache(path: Path, since: datetime | None = None, until: datetime | None
             "candidate_p50_s": statistics.median(totals), "candidate_p90_s": _quantile(totals, 0.9),
             "gate_p50_s": {g: statistics.median(v) for g, v in per_gate.items()},
             "gate_p90_s": {g: _quantile(v, 0.9) for g, v in per_gate.items()},
+            # the GPU time a candidate cannot share: its sum over the span bounds candidates per minute
+            "alone_per_candidate_p50_s": statistics.median(alone) if alone else None,
+            "alone_share_of_span": sum(alone) / span_s if alone else None,
             **{f"{key[:-2]}_p50_s": {g: statistics.median(v) for g, v in split[key].items()} for key in SPLIT}}
 
 
@@ -229,11 +239,13 @@ def main() -> int:
         print(f"seconds per candidate: p50 {found['candidate_p50_s']:.1f}, p90 {found['candidate_p90_s']:.1f}")
         for gate, p50 in found["gate_p50_s"].items():
             parts = [f"{label} {found[key[:-2] + '_p50_s'][gate]:.2f}"
-                     for key, label in zip(SPLIT, ("queued for the device", "waiting on the worker",
-                                                   "worker working"), strict=True)
+                     for key, label in zip(SPLIT, SPLIT_LABELS, strict=True)
                      if gate in found[key[:-2] + "_p50_s"]]
             print(f"  {gate:<12} p50 {p50:7.2f} s  p90 {found['gate_p90_s'][gate]:7.2f} s"
                   + (f"  (p50s: {', '.join(parts)})" if parts else ""))
+        if found["alone_per_candidate_p50_s"] is not None:
+            print(f"GPU held alone: p50 {found['alone_per_candidate_p50_s']:.2f} s per candidate, "
+                  f"{100 * found['alone_share_of_span']:.0f} % of the span (near 100 %: timing is the bottleneck)")
         if args.out:
             args.out.write_text(json.dumps(found, indent=2, default=str))
         return 0

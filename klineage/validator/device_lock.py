@@ -37,6 +37,17 @@ def _add_wait(start: float) -> None:
     _WAITED.seconds = waited_s() + (time.monotonic() - start)
 
 
+def held_alone_s() -> float:
+    """Seconds this thread has held a device exclusively so far: the part of a gate every other job of the
+    process waited through (the runner records the difference per gate as ``held_alone_s``; summed over a
+    candidate's gates it is the GPU time the candidate cannot share, what bounds candidates per minute)."""
+    return float(getattr(_WAITED, "alone_seconds", 0.0))
+
+
+def _add_alone(start: float) -> None:
+    _WAITED.alone_seconds = held_alone_s() + (time.monotonic() - start)
+
+
 class DeviceLock:
     """Shared holders (checking gates) or one exclusive holder (a timed case), never both; phase-fair."""
 
@@ -100,9 +111,11 @@ class DeviceLock:
                 self._cond.notify_all()  # a check may have waited only on this waiter
             self._exclusive = True
         _add_wait(start)
+        began = time.monotonic()
         try:
             yield
         finally:
+            _add_alone(began)
             with self._cond:
                 self._exclusive = False
                 self._phase += 1

@@ -28,7 +28,7 @@ from klineage.schema.gate_result import GATES, GateOutcome, GateResult
 from klineage.schema.ids import canonical_json, kernel_sha, sha256_text
 from klineage.schema.manifest import WorkloadManifest, load_manifest
 from klineage.validator.channel import shells
-from klineage.validator.device_lock import device_lock, waited_s
+from klineage.validator.device_lock import device_lock, held_alone_s, waited_s
 from klineage.validator.pool import WorkerLost, WorkerMode, WorkerPool, default_pool
 from klineage.validator.sandbox import clean_env, run_worker
 from klineage.validator.static import check_source
@@ -414,7 +414,7 @@ def _run_phases(source: str, phases: list[tuple[list[str], WorkerMode]], pool: W
                     load_error = str(exc)
                 for gate in phase_gates:
                     current, started = gate, True
-                    gate_start, waited = time.monotonic(), waited_s()
+                    gate_start, waited, alone = time.monotonic(), waited_s(), held_alone_s()
                     trips, busy = candidate.round_trip_s, candidate.worker_busy_s
                     if gate == "compile":
                         outcome = _compile_gate(candidate, compile_cases, portability)
@@ -424,6 +424,7 @@ def _run_phases(source: str, phases: list[tuple[list[str], WorkerMode]], pool: W
                     metrics = {**outcome.get("metrics", {}), **limit.metrics(),
                                "gate_wall_s": round(time.monotonic() - gate_start, 3),
                                "lock_wait_s": round(waited_s() - waited, 3),
+                               "held_alone_s": round(held_alone_s() - alone, 3),
                                "worker_round_trip_s": round(candidate.round_trip_s - trips, 3),
                                "worker_busy_s": round(candidate.worker_busy_s - busy, 3)}
                     outcomes[gate] = GateOutcome(gate, outcome["status"], outcome.get("reason", ""), metrics)

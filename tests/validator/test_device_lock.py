@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from klineage.validator.device_lock import DeviceLock, device_lock, waited_s
+from klineage.validator.device_lock import DeviceLock, device_lock, held_alone_s, waited_s
 
 
 def _wait_for(predicate, timeout: float = 5.0) -> None:
@@ -200,3 +200,21 @@ def test_a_job_run_alone_passes_its_own_holds_and_keeps_everyone_else_out() -> N
         thread.join(5)
     assert events == ["job gates", "job done", "other check"]
     assert lock.state() == (0, False, 0)
+
+
+def test_each_thread_accounts_the_time_it_held_the_device_alone() -> None:
+    lock = DeviceLock()
+    before = held_alone_s()
+    with lock.shared():
+        time.sleep(0.05)
+    assert held_alone_s() == before  # a shared hold is not alone
+    with lock.exclusive():
+        time.sleep(0.1)
+    with lock.alone():
+        time.sleep(0.1)
+    assert 0.2 <= held_alone_s() - before < 2.0
+    other: list[float] = []
+    thread = threading.Thread(target=lambda: other.append(held_alone_s()))
+    thread.start()
+    thread.join(5)
+    assert other == [0.0]  # per thread: another thread held nothing
