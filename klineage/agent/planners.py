@@ -9,7 +9,9 @@ budget; only the planner differs:
   steps in naive → expert order with the expert's values in role terms; launch-configuration steps
   (tiles, warps, stages, autotune) go together as one autotune config set, because they were measured
   together (a larger tile alone lost on the held-out matmuls); skills whose VALID_WHEN fails are never
-  proposed and those whose PROFITABLE_WHEN fails go last.
+  proposed and those whose PROFITABLE_WHEN fails go last. Operators no lineage used (so no skill yet) that
+  apply to the kernel come after all of that, with their defaults: the budget left once the knowledge is
+  spent goes where *none* would spend it.
 * ``MemoryPlanner`` (*memory*, the AdaExplore / ReasoningBank style): the trajectories of the lineages
   nearest by embedding similarity of kernel and problem text only, replayed with the parameters the
   trajectory recorded (the operators' defaults where those do not fit), and their failure rules; no
@@ -198,12 +200,20 @@ class LineagePlanner:
     kb: KnowledgeBase
     name: str = "klineage"
     _lineages: list[LineageSummary] | None = None
+    _skilled: frozenset[str] | None = None
 
     def lineages(self) -> list[LineageSummary]:
         """The knowledge base's measured lineages (read once)."""
         if self._lineages is None:
             self._lineages = load_lineages(self.kb)
         return self._lineages
+
+    def skilled_operators(self) -> frozenset[str]:
+        """Operators the knowledge base holds a skill of (read once)."""
+        if self._skilled is None:
+            page = self.kb.skills(first=10_000)
+            self._skilled = frozenset(s.operator for s in page.items)
+        return self._skilled
 
     def hits(self, state: AgentState, facts: KernelFacts) -> dict[str, SkillHit]:
         """The search hit of each operator's skill for this kernel and problem (``search_hits``)."""
@@ -242,7 +252,14 @@ class LineagePlanner:
             (demoted if self._unprofitable(hit, contexts) else moves).append(move)
         demoted.sort(key=lambda m: -(m.expected_gain or 0.0))
         retune = retune_move(state.source) if facts.state("autotune") == PRESENT else None
-        return _filter(state, [*_compile_retries(state), *moves, *demoted, *([retune] if retune else [])])
+        # operators the knowledge base has no skill for yet (none of the lineages used them): tried last,
+        # when the budget outlasts the knowledge, as *none* would try them
+        unknown = [single(op, origin="no skill yet", why="an operator no lineage used, applicable to this kernel: "
+                          "tried after everything the knowledge base proposes")
+                   for op in operator_ids()
+                   if op not in self.skilled_operators() and facts.state(op) == APPLICABLE]
+        return _filter(state, [*_compile_retries(state), *moves, *demoted, *([retune] if retune else []),
+                               *unknown])
 
     def _unprofitable(self, hit: SkillHit | None, contexts: Sequence[dict[str, Any]]) -> bool:
         """True when the knowledge base predicts no gain from the skill's rules and trials

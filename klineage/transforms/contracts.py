@@ -63,7 +63,8 @@ CONTRACTS: dict[str, Contract] = {
     "register-cap": Contract(requires=("has_dot",), provides=("register_cap",)),
     "grouped-order": Contract(requires=("has_dot",), provides=("grouped_order",)),
     "epilogue-fusion": Contract(requires=("has_dot", "multi_kernel"), provides=("epilogue_fusion",)),
-    "split-k": Contract(requires=("has_dot", "has_k_loop"), provides=("split_k",),
+    # a matmul's K loop or a loop reduction's (a column sum's rows): either is split the same way
+    "split-k": Contract(requires=("has_loop",), provides=("split_k",),
                         conflicts=("epilogue_fusion", "persistent")),
     "persistent": Contract(requires=("has_dot",), provides=("persistent",)),
     "row-persistent": Contract(conflicts=("has_dot",)),

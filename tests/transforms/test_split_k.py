@@ -68,3 +68,58 @@ def test_refusals() -> None:
     assert src != GEMM.source and OP.apply(src) is None
     with pytest.raises(ValueError, match="split_k"):
         OP.apply(GEMM.source, split_k=1)
+
+
+COLUMN_SUM = (ROOT / "heldout" / "column_sum" / "naive.py").read_text()
+
+
+def _column_sum_case() -> Case:
+    g = torch.Generator().manual_seed(5)
+    # rows: 1, one tile (32), not a multiple of 32 * SPLIT_K; columns across several 128-wide programs
+    return Case("column-sum", COLUMN_SUM,
+                lambda: [(torch.randn(m, n, generator=g),) for m, n in ((1, 7), (32, 300), (517, 129), (3000, 64))],
+                lambda x: x.sum(dim=0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("split_k", [2, 3, 8])
+def test_a_loop_reduction_is_split_like_a_k_loop(split_k: int) -> None:
+    case = _column_sum_case()
+    rw = OP.apply(case.source, split_k=split_k)
+    assert rw is not None and OP.present(rw.source) and not OP.applicable(rw.source)
+    assert "program_id(1)" in rw.source and "atomic" not in rw.source
+    assert check(case, rw.source) <= 1.0, rw.diff
+    back = OP.simplify(rw.source)
+    assert back is not None and back.source == case.source
+
+
+@pytest.mark.parametrize(("old", "new", "why"), [
+    ("        acc += tl.sum(x.to(tl.float32), axis=0)\n",
+     "        acc = tl.maximum(acc, tl.max(x.to(tl.float32), axis=0))\n", "not a sum"),
+    ("        acc += tl.sum(x.to(tl.float32), axis=0)\n",
+     "        acc += tl.sum(x.to(tl.float32), axis=0) * acc\n", "reads the running sum"),
+    ("    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)\n",
+     "    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)\n    carry = tl.zeros((BLOCK_N,), dtype=tl.float32)\n",
+     "placeholder"),
+    ("        acc += tl.sum(x.to(tl.float32), axis=0)\n",
+     "        acc += tl.sum(x.to(tl.float32), axis=0) + carry\n        carry = acc * 0.0 + 1.0\n",
+     "reads the sum"),
+    ("    tl.store(out_ptr + cols,", "    acc = acc * 2.0\n    tl.store(out_ptr + cols,", "an epilogue"),
+])
+def test_a_loop_that_is_not_a_plain_sum_is_not_split(old: str, new: str, why: str) -> None:
+    assert old in COLUMN_SUM
+    src = COLUMN_SUM.replace(old, new)
+    if why == "placeholder":  # an extra accumulator that nothing carries: still a plain sum
+        assert OP.apply(src) is not None
+        return
+    assert OP.apply(src) is None, why
+
+
+def test_a_value_carried_between_iterations_is_not_split() -> None:
+    src = COLUMN_SUM.replace(
+        "    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)\n",
+        "    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)\n    prev = tl.zeros((BLOCK_N,), dtype=tl.float32)\n",
+    ).replace(
+        "        acc += tl.sum(x.to(tl.float32), axis=0)\n",
+        "        acc += tl.sum(x.to(tl.float32), axis=0) - prev\n        prev = tl.sum(x.to(tl.float32), axis=0)\n",
+    )
+    assert src != COLUMN_SUM and OP.apply(src) is None  # ``prev`` comes from the previous iteration

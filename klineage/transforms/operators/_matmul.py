@@ -121,6 +121,64 @@ def split_kernel(m: Module, k: Kernel) -> MatmulSplit | None:
     return MatmulSplit(k, acc, body[:i], loops[0], keep, epi, store, cast)
 
 
+def reduction_split(m: Module, k: Kernel) -> MatmulSplit | None:
+    """A loop reduction read as a K loop (what split-k also splits; ``acc`` the accumulator): no ``tl.dot``;
+    one top-level ``for`` loop of plain assignments whose only value carried from one iteration to the next
+    is ``acc``, which starts as ``tl.zeros`` before the loop and is only added to inside it (``acc += x`` or
+    ``acc = acc + x``); the loop followed directly by the final store of ``acc`` (possibly cast). Any order
+    of the iterations then gives the same sum up to rounding, which is what splitting them needs."""
+    if any(tl_func(n, m.al) == "dot" for n in ast.walk(k.node)):
+        return None
+    body = kernel_body(k)
+    loops = [st for st in body if isinstance(st, (ast.For, ast.While))]
+    if len(loops) != 1 or not isinstance(loops[0], ast.For) or len(body) < 2 or body[-2] is not loops[0]:
+        return None
+    loop = loops[0]
+    store = store_call(body[-1], m)
+    value = stored_value(store) if store is not None else None
+    if store is None or not isinstance(value, ast.Name) or loop.orelse:
+        return None
+    acc = value.id
+    inits = [st for st in body[:-2] if acc in targets(st)]
+    if len(inits) != 1 or not isinstance(inits[0], ast.Assign) or tl_func(inits[0].value, m.al) != "zeros":
+        return None
+    if not all(isinstance(st, (ast.Assign, ast.AugAssign)) for st in loop.body):
+        return None
+    assigned = set().union(*(targets(st) for st in loop.body))
+    defined = names(loop.target, ast.Store)
+    updates = 0
+    for st in loop.body:
+        read = names(st.value)  # type: ignore[attr-defined]
+        if acc in targets(st):
+            updates += 1
+            if not _adds_to(st, acc):
+                return None
+            read = read - {acc}
+        elif acc in read:
+            return None  # the running sum is read: the iterations depend on each other's order
+        if read & (assigned - defined):
+            return None  # a value carried over from the previous iteration
+        defined |= targets(st)
+    if updates != 1 or names(store) & (assigned - {acc}):
+        return None
+    return MatmulSplit(k, acc, body[:-2], loop, [], [], store)
+
+
+def _adds_to(st: ast.stmt, acc: str) -> bool:
+    """``acc += x`` or ``acc = acc + x`` / ``x + acc``, with ``x`` not reading ``acc``."""
+    if isinstance(st, ast.AugAssign):
+        return (isinstance(st.op, ast.Add) and isinstance(st.target, ast.Name) and st.target.id == acc
+                and acc not in names(st.value))
+    if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+            and isinstance(st.value, ast.BinOp) and isinstance(st.value.op, ast.Add)):
+        return False
+    left, right = st.value.left, st.value.right
+    for own, other in ((left, right), (right, left)):
+        if isinstance(own, ast.Name) and own.id == acc and acc not in names(other):
+            return True
+    return False
+
+
 def launch_stmt(m: Module, la: Launch) -> ast.Expr | None:
     """The statement of a plain ``kernel[grid](...)`` launch (not assigned, not through a helper)."""
     if la.helper is not None or la.func is None or not isinstance(la.stmt, ast.Expr) or la.stmt.value is not la.call:

@@ -1,14 +1,16 @@
-"""split-k: partition a matmul's K loop across a program axis, with fp32 partial tiles in a workspace
-and a second, deterministic reduction pass (no atomics).
+"""split-k: partition a matmul's K loop (or any loop reduction's loop) across a program axis, with fp32
+partial tiles in a workspace and a second, deterministic reduction pass (no atomics).
 
 ``apply`` takes a gemm-like kernel (one ``tl.dot`` in one ``range(0, K, BLOCK_K)`` loop whose loads
-index with the loop variable, no pointer increments, a final store of the accumulator, no epilogue)
-launched on a plain tuple grid of at most two axes with an output tensor the host creates
-contiguous (``torch.empty`` / ``torch.empty_like`` / ``torch.zeros``). The kernel gets a last grid axis
-of ``SPLIT_K`` programs, each walking every ``SPLIT_K``-th K step, and stores its fp32 partial tile
+index with the loop variable, no pointer increments, a final store of the accumulator, no epilogue), or
+a loop reduction read the same way (``_matmul.reduction_split``: a column sum's loop over rows, whose
+only value carried between iterations is an accumulator added to, stored right after the loop),
+launched on a plain tuple grid of at most two axes with an output tensor the host creates contiguous
+(``torch.empty`` / ``torch.empty_like`` / ``torch.zeros``). The kernel gets a last grid axis of
+``SPLIT_K`` programs, each walking every ``SPLIT_K``-th loop step, and stores its fp32 partial tile
 into slice ``pid_k`` of a ``(SPLIT_K, *out.shape)`` fp32 workspace (the output pointer is moved by
 ``pid_k * split_numel``; the store's cast goes to fp32, a no-op); a reduction kernel then sums the
-slices in a fixed order and writes the output once. An epilogue after the K loop is refused: it would
+slices in a fixed order and writes the output once. An epilogue after the loop is refused: it would
 have to move after the reduction. ``simplify`` recognises that form and removes it.
 """
 
@@ -33,7 +35,13 @@ from klineage.transforms._triton import (
 )
 from klineage.transforms.operator import Anchor, Operator, Param, Rewrite, is_int
 from klineage.transforms.operators._common import anchor, grid_tuple
-from klineage.transforms.operators._matmul import kernel_body, launch_stmt, next_stmt, split_kernel
+from klineage.transforms.operators._matmul import (
+    kernel_body,
+    launch_stmt,
+    next_stmt,
+    reduction_split,
+    split_kernel,
+)
 
 _MAKERS = {"empty", "empty_like", "zeros", "zeros_like"}
 
@@ -127,25 +135,26 @@ class SplitK(Operator):
     feature = "split_k"
     name = "Split K across programs"
     intent = (
-        "Give a matmul with few output tiles and a long K loop more programs: each computes a slice of "
-        "K into an fp32 workspace and a second pass sums the slices (deterministic, no atomics)."
+        "Give a matmul (or a loop reduction such as a column sum) with few output tiles and a long reduction "
+        "loop more programs: each computes a slice of the loop into an fp32 workspace and a second pass sums "
+        "the slices (deterministic, no atomics)."
     )
     carrier = "a SPLIT_K grid axis and constexpr, the K-loop bounds, a workspace and a reduction kernel"
-    anchor_predicate = "has_k_loop and not split_k"
+    anchor_predicate = "n_loops >= 1 and not split_k"
     anchor_description = (
-        "a matmul kernel with a range(0, K, BLOCK_K) loop and no epilogue, launched on a tuple grid "
-        "with a host-created contiguous output"
+        "a matmul kernel with a range(0, K, BLOCK_K) loop and no epilogue, or a loop reduction into one "
+        "accumulator stored after the loop, launched on a tuple grid with a host-created contiguous output"
     )
     default_params: ClassVar[dict[str, Any]] = {"split_k": 4}
     params = (Param("split_k", lambda v: is_int(v) and v >= 2, "an int >= 2"),)
 
     # -- analysis
     def _candidate(self, m: Module, k: Kernel) -> SplitCandidate | None:
-        """A matmul kernel ``apply`` can split: one K loop from 0, no epilogue, one launch with a plain
-        tuple grid of its own, the output a fresh torch tensor."""
+        """A matmul kernel or loop reduction ``apply`` can split: one reduction loop from 0, no epilogue, one
+        launch with a plain tuple grid of its own, the output a fresh torch tensor."""
         if k.autotune is not None or k.heuristics is not None:
             return None
-        sp = split_kernel(m, k)
+        sp = split_kernel(m, k) or reduction_split(m, k)
         if sp is None or sp.epilogue or not isinstance(sp.loop, ast.For):
             return None
         rc = range_call(sp.loop, m.al)
@@ -264,11 +273,11 @@ class SplitK(Operator):
         done = {f.kernel.name for f in found} | {f.reduce.name for f in found}
         for k in m.launched:
             if k.name not in done and self._candidate(m, k) is not None:
-                out.append(anchor("applicable", k.node, f"{k.name}: one K loop, a tuple grid", k))
+                out.append(anchor("applicable", k.node, f"{k.name}: one reduction loop, a tuple grid", k))
         return out
 
     def _apply(self, m: Module, split_k: int = 4) -> Rewrite | None:
-        """Split the K loop of each recognised matmul kernel over ``split_k`` programs (a new last grid
+        """Split the reduction loop of each recognised kernel over ``split_k`` programs (a new last grid
         axis), with fp32 partials in a workspace and a reduction kernel summing them in order."""
         if "torch" not in {
             a.asname or a.name for n in m.src.tree.body if isinstance(n, ast.Import) for a in n.names
