@@ -10,8 +10,8 @@ budget; only the planner differs:
   (tiles, warps, stages, autotune) go together as one autotune config set, because they were measured
   together (a larger tile alone lost on the held-out matmuls); skills whose VALID_WHEN fails are never
   proposed and those whose PROFITABLE_WHEN fails go last. Operators no lineage used (so no skill yet) that
-  apply to the kernel come after all of that, with their defaults: the budget left once the knowledge is
-  spent goes where *none* would spend it.
+  apply to the kernel come, with their defaults, after the moves expected to pay and before those expected
+  not to: what the knowledge base knows nothing about ranks above what it predicts will lose.
 * ``MemoryPlanner`` (*memory*, the AdaExplore / ReasoningBank style): the trajectories of the lineages
   nearest by embedding similarity of kernel and problem text only, replayed with the parameters the
   trajectory recorded (the operators' defaults where those do not fit), and their failure rules; no
@@ -252,14 +252,14 @@ class LineagePlanner:
             (demoted if self._unprofitable(hit, contexts) else moves).append(move)
         demoted.sort(key=lambda m: -(m.expected_gain or 0.0))
         retune = retune_move(state.source) if facts.state("autotune") == PRESENT else None
-        # operators the knowledge base has no skill for yet (none of the lineages used them): tried last,
-        # when the budget outlasts the knowledge, as *none* would try them
+        # operators the knowledge base has no skill for yet (no lineage used them), as *none* would try them:
+        # after what it expects to pay, before what it expects not to
         unknown = [single(op, origin="no skill yet", why="an operator no lineage used, applicable to this kernel: "
-                          "tried after everything the knowledge base proposes")
+                          "tried after the moves the knowledge base expects to pay")
                    for op in operator_ids()
                    if op not in self.skilled_operators() and facts.state(op) == APPLICABLE]
-        return _filter(state, [*_compile_retries(state), *moves, *demoted, *([retune] if retune else []),
-                               *unknown])
+        return _filter(state, [*_compile_retries(state), *moves, *unknown, *demoted,
+                               *([retune] if retune else [])])
 
     def _unprofitable(self, hit: SkillHit | None, contexts: Sequence[dict[str, Any]]) -> bool:
         """True when the knowledge base predicts no gain from the skill's rules and trials

@@ -185,13 +185,15 @@ def test_a_simplify_without_the_steps_after_it_is_no_move() -> None:
 
 
 @pytest.mark.parametrize("name", ["column_sum", "bmm", "rmsnorm"])
-def test_operators_without_a_skill_come_after_all_the_knowledge_base_proposes(kb: KnowledgeBase, name: str) -> None:
+def test_operators_without_a_skill_come_after_the_knowledge_bases_first_moves(kb: KnowledgeBase, name: str) -> None:
     from klineage.transforms.facts import APPLICABLE, kernel_facts
 
     problem = load_problem(None, ROOT / "heldout" / name)
     moves = _plan(kb, name)
-    origins = [m.origin == "no skill yet" for m in moves]
-    assert origins == sorted(origins), "an operator without a skill came before a knowledge-base move"
+    where = [i for i, m in enumerate(moves) if m.origin == "no skill yet"]
+    if where:
+        assert where[0] > 0, "an operator without a skill came before every knowledge-base move"
+        assert where == list(range(where[0], where[0] + len(where)))  # one block, in the registry's order
     skilled = {s.operator for s in kb.skills(first=1000).items}
     facts = kernel_facts(problem.source)
     unknown = [m for m in moves if m.origin == "no skill yet"]
