@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 import threading
@@ -341,6 +342,8 @@ def _plots(latest: dict[tuple[str, str], dict[str, Any]], names: list[str], meth
     import matplotlib.pyplot as plt
 
     PLOTS.mkdir(parents=True, exist_ok=True)
+    card = _card(latest.values())
+    by_instance, best_so_far = PLOTS / f"agent-by-instance-{card}.png", PLOTS / f"agent-best-so-far-{card}.png"
     fig, ax = plt.subplots(figsize=(max(8, 0.6 * len(names) * len(methods)), 4.5))
     width = 0.8 / max(1, len(methods))
     for j, m in enumerate(methods):
@@ -349,10 +352,10 @@ def _plots(latest: dict[tuple[str, str], dict[str, Any]], names: list[str], meth
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xticks([i + width * (len(methods) - 1) / 2 for i in range(len(names))], names, rotation=60, ha="right")
     ax.set_ylabel("speedup over vendor (best kernel)")
-    ax.set_title("Agent on held-out kernels (H200, same budget, same gates)")
+    ax.set_title(f"Agent on held-out kernels ({card.upper()}, same budget, same gates)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(PLOTS / "agent-by-instance.png", dpi=120)
+    fig.savefig(by_instance, dpi=120)
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(6, 4))
     for m in methods:
@@ -372,12 +375,20 @@ def _plots(latest: dict[tuple[str, str], dict[str, Any]], names: list[str], meth
             ax.plot(range(len(gm)), gm, marker="o", label=f"{m} ({len(curves)} instances)")
     ax.set_xlabel("validator calls")
     ax.set_ylabel("best so far / start (geomean)")
-    ax.set_title("Best-so-far by call number")
+    ax.set_title(f"Best-so-far by call number ({card.upper()})")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(PLOTS / "agent-best-so-far.png", dpi=120)
+    fig.savefig(best_so_far, dpi=120)
     plt.close(fig)
-    print(f"wrote {PLOTS / 'agent-by-instance.png'} and {PLOTS / 'agent-best-so-far.png'}")
+    print(f"wrote {by_instance} and {best_so_far}")
+
+
+def _card(rows: Any) -> str:
+    """The kind of card the rows were measured on, as the caches name it (``h200``, ``h100``; ``gpu`` when
+    unknown, ``mixed`` when several: a table never mixes cards, so that says the results file does)."""
+    kinds = {(re.search(r"[Hh]\d{3}", str(r.get("gpu", ""))) or [None])[0] for r in rows}
+    kinds = {k.lower() if k else "gpu" for k in kinds}
+    return kinds.pop() if len(kinds) == 1 else "mixed"
 
 
 def main() -> int:
