@@ -14,6 +14,12 @@
   the cache, then ``--http-requests`` identical ``POST /v1/validate`` calls: p50 / p90 / p99 (target:
   p50 < 50 ms).
 
+* candidates per minute with several jobs side by side, as the agent evaluation runs them
+  (``--concurrent N``): held-out naive kernels and operator rewrites of them (``--workloads``, 4 shapes each,
+  nothing cached), all gates, ``N`` at a time through one ``LocalValidator``, once per device-lock mode of
+  ``--lock-modes`` (``batched``: a timing phase takes every timing run waiting; ``per-run``: one run per
+  phase, as before), each mode on a fresh warm pool: the before and after of the lock in one run, on the GPU.
+
 * what the validator cost in a past evaluation (``--from-cache FILE``, an evaluation's result cache such as
   ``bench/results/agent-h200-cache.sqlite``): candidates of the held-out workloads judged there, seconds
   per candidate and per gate (median, p90), the part of it spent queueing for the device lock (recorded
@@ -105,6 +111,97 @@ def _cold_vs_warm(count: int, device: str) -> dict[str, Any]:
                                for g in gates}}
 
     return {"device": device, "cold": summary(cold), "warm": summary(warm), "warm_pool": pool_stats}
+
+
+CONCURRENT_WORKLOADS = "rmsnorm,bmm,log_softmax,gelu_mul,column_sum,matmul_nt"
+CONCURRENT_OPERATORS = ("num-warps", "int64-offsets", "autotune")  # an autotuned rewrite: the sweep is timed too
+
+
+def _spread(shapes: list[dict[str, Any]], n: int = 4) -> list[dict[str, Any]]:
+    """``n`` shapes of a grid spread from smallest to largest (the evaluation's ``--max-shapes 4``)."""
+    import math
+
+    ranked = sorted(shapes, key=lambda s: math.prod(v for v in s.values() if not isinstance(v, bool)))
+    if len(ranked) <= n:
+        return ranked
+    return [ranked[round(i * (len(ranked) - 1) / (n - 1))] for i in range(n)]
+
+
+def _concurrent_candidates(workloads: list[str]) -> list[tuple[str, str, Path, list[dict[str, Any]]]]:
+    """(label, source, workload folder, shapes): each held-out naive kernel and its rewrites by
+    ``CONCURRENT_OPERATORS`` (those that apply with their defaults)."""
+    from klineage.schema.manifest import load_manifest
+    from klineage.transforms.registry import get_operator
+
+    out = []
+    for name in workloads:
+        folder = REPO / "heldout" / name
+        if not (folder / "naive.py").is_file():
+            raise SystemExit(f"--workloads: {folder / 'naive.py'} does not exist (expected a held-out workload name)")
+        source = (folder / "naive.py").read_text()
+        shapes = _spread([dict(s) for s in load_manifest(folder).shapes])
+        out.append((f"{name}:naive", source, folder, shapes))
+        for op in CONCURRENT_OPERATORS:
+            made = get_operator(op).apply(source)
+            if made is not None:
+                out.append((f"{name}:{op}", made.source, folder, shapes))
+    return out
+
+
+def _concurrent(jobs: int, workloads: list[str], modes: list[str]) -> dict[str, Any]:
+    """Candidates per minute, ``jobs`` side by side, for each device-lock mode (see the module docstring)."""
+    from klineage.validator.device_lock import set_timing_batches
+
+    candidates = _concurrent_candidates(workloads)
+    out: dict[str, Any] = {"jobs": jobs, "candidates": [c[0] for c in candidates], "modes": {}}
+    for mode in modes:
+        if mode not in ("batched", "per-run"):
+            raise SystemExit(f"--lock-modes: {mode!r} is not a mode (expected batched or per-run)")
+        set_timing_batches(mode == "batched")
+        try:
+            rows, span, info = _concurrent_run(jobs, candidates, mode)
+        finally:
+            set_timing_batches(True)
+        out.update(device=info.gpu, versions=info.versions)
+        walls = [r["wall_s"] for r in rows]
+        out["modes"][mode] = {"span_s": span, "candidates_per_minute": 60.0 * len(rows) / span,
+                              "candidate_p50_s": statistics.median(walls), "candidate_p90_s": _quantile(walls, 0.9),
+                              "held_alone_share": sum(r["held_alone_s"] for r in rows) / span, "rows": rows}
+    return out
+
+
+def _concurrent_run(jobs: int, candidates: list[tuple[str, str, Path, list[dict[str, Any]]]],
+                    tag: str) -> tuple[list[dict[str, Any]], float, Any]:
+    """Every candidate through one ``LocalValidator`` on a fresh warm pool, ``jobs`` at a time: (one row per
+    candidate, seconds for all of them, the device)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from klineage.validator import LocalValidator
+    from klineage.validator.pool import WorkerPool
+
+    pool = WorkerPool()
+    try:
+        validator = LocalValidator(cache=None, pool=pool, timing={"rep_ms": 25.0})
+        info = validator.device_info()
+        if info.cuda:
+            validator.ceilings()  # measured once; not part of the figures
+
+        def one(c: tuple[str, str, Path, list[dict[str, Any]]]) -> dict[str, Any]:
+            start = time.monotonic()
+            shapes = c[3] if info.cuda else None  # on CPU: the manifests' CPU shapes
+            result = validator.validate(f"{c[1]}\n# {tag} {time.time_ns()}\n", c[2], shapes=shapes)
+            perf = result.gate("performance")
+            return {"label": c[0], "verdict": result.verdict, "wall_s": time.monotonic() - start,
+                    "held_alone_s": sum(float(g.metrics.get("held_alone_s") or 0.0) for g in result.gates),
+                    "speedup": perf.metrics.get("geomean_speedup") if perf else None}
+
+        one(candidates[0])  # warm-up: workers started, imports done
+        began = time.monotonic()
+        with ThreadPoolExecutor(jobs) as executor:
+            rows = list(executor.map(one, candidates))
+        return rows, time.monotonic() - began, info
+    finally:
+        pool.shutdown()
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -230,8 +327,30 @@ def main() -> int:
                         "after this ISO time only (e.g. 2026-12-06T00:00:00+00:00)")
     parser.add_argument("--until", type=datetime.fromisoformat, help="with --from-cache: results written before "
                         "this ISO time only")
+    parser.add_argument("--concurrent", type=int, default=0, help="jobs side by side: candidates per minute of "
+                        "held-out kernels and their rewrites, per device-lock mode (see --lock-modes)")
+    parser.add_argument("--workloads", default=CONCURRENT_WORKLOADS, help="with --concurrent: held-out workloads")
+    parser.add_argument("--lock-modes", default="per-run,batched", help="with --concurrent: batched, per-run")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.concurrent:
+        found = _concurrent(args.concurrent, args.workloads.split(","), args.lock_modes.split(","))
+        print(f"{len(found['candidates'])} candidates, {found['jobs']} at a time, on {found.get('device')}")
+        for mode, m in found["modes"].items():
+            verdicts = [r["verdict"] for r in m["rows"]]
+            print(f"  {mode:<8} {m['candidates_per_minute']:6.1f} candidates/minute, p50 {m['candidate_p50_s']:.1f} s, "
+                  f"p90 {m['candidate_p90_s']:.1f} s, GPU held alone {100 * m['held_alone_share']:.0f} % of "
+                  f"{m['span_s']:.0f} s, {verdicts.count('pass')}/{len(verdicts)} pass")
+        if len(found["modes"]) == 2:
+            a, b = (found["modes"][m] for m in ("per-run", "batched"))
+            same = [(x["label"], x["speedup"], y["speedup"]) for x, y in zip(a["rows"], b["rows"], strict=True)
+                    if x["speedup"] and y["speedup"]]
+            worst = max((abs(y / x - 1) for _, x, y in same), default=0.0)
+            print(f"  batched / per-run: {b['candidates_per_minute'] / a['candidates_per_minute']:.2f}x candidates/"
+                  f"minute; speedups over vendor agree within {100 * worst:.1f} % on {len(same)} candidates")
+        if args.out:
+            args.out.write_text(json.dumps(found, indent=2, default=str))
+        return 0
     if args.from_cache:
         found = from_cache(args.from_cache, args.since, args.until)
         print(f"{found['candidates']} candidates of {found['workloads']} workloads on {', '.join(found['gpus'])}, "

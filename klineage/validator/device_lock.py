@@ -53,7 +53,8 @@ def _add_alone(start: float) -> None:
 class DeviceLock:
     """Shared holders (checking gates) or one exclusive holder (a timed case), never both; phase-fair."""
 
-    def __init__(self) -> None:
+    def __init__(self, batch_timing: bool = True) -> None:
+        self.batch_timing = batch_timing  # False: one timing run per phase (as before; for a same-run comparison)
         self._cond = threading.Condition()
         self._sharers = 0
         self._exclusive = False
@@ -144,7 +145,7 @@ class DeviceLock:
             return ticket in self._batch
         if self._checks_due():
             return False
-        self._batch = set(self._waiting)
+        self._batch = set(self._waiting) if self.batch_timing else {ticket}
         return True
 
     def _finish(self, ticket: int) -> None:
@@ -183,7 +184,19 @@ _LOCKS: dict[str, DeviceLock] = {}
 _GUARD = threading.Lock()
 
 
+_BATCH_TIMING = [True]
+
+
 def device_lock(device: str) -> DeviceLock:
     """The process-wide lock of ``device`` (``"cuda"``, ``"cuda:1"``, ...; one per name)."""
     with _GUARD:
-        return _LOCKS.setdefault(device, DeviceLock())
+        return _LOCKS.setdefault(device, DeviceLock(_BATCH_TIMING[0]))
+
+
+def set_timing_batches(on: bool) -> None:
+    """Whether a timing phase takes every timing run waiting when it starts (default) or one run only, for
+    every process-wide lock now and later: ``bench/validator.py --concurrent`` measures both in one run."""
+    with _GUARD:
+        _BATCH_TIMING[0] = on
+        for lock in _LOCKS.values():
+            lock.batch_timing = on

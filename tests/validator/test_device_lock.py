@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from klineage.validator.device_lock import DeviceLock, device_lock, held_alone_s, waited_s
 
 
@@ -170,10 +172,12 @@ def test_checks_queued_behind_a_timing_run_go_before_the_next_one() -> None:
     assert events == ["timing 1 start", "timing 1 end", "check", "timing 2 start", "timing 2 end"]
 
 
-def test_timing_runs_waiting_together_go_back_to_back_in_one_phase() -> None:
+@pytest.mark.parametrize("batch", [True, False])
+def test_timing_runs_waiting_together_go_back_to_back_in_one_phase(batch: bool) -> None:
     """The checks drain from the GPU once per timing phase: runs that waited together do not let the checks
-    queued meanwhile in between them; a run that came after the phase started waits for those checks."""
-    lock = DeviceLock()
+    queued meanwhile in between them; a run that came after the phase started waits for those checks.
+    (``batch_timing=False``, the comparison's baseline: one run per phase, the queued check goes second.)"""
+    lock = DeviceLock(batch_timing=batch)
     events: list[str] = []
     check_may_end = threading.Event()
 
@@ -208,6 +212,9 @@ def test_timing_runs_waiting_together_go_back_to_back_in_one_phase() -> None:
     for thread in (holder, *threads, queued, late):
         thread.join(5)
     assert events[0] == "check 1"
+    if not batch:
+        assert events[2] == "check 2" and sorted(events[1:2] + events[3:]) == [f"timing {i}" for i in (1, 2, 3, 4)]
+        return
     assert sorted(events[1:4]) == ["timing 1", "timing 2", "timing 3"]  # back to back, in any order
     assert events[4:] == ["check 2", "timing 4"]  # the late run waits for the check queued behind the phase
     assert lock.state() == (0, False, 0)
