@@ -11,6 +11,7 @@
 # a minute for the runs in flight to finish), runs side by side (default 8), extra evaluate_agent
 # arguments after them (e.g. --instances bmm,rmsnorm or --methods greedy --budget 5).
 # PRE_TESTS="tests/hostile/test_hostile_gpu.py ..." runs those GPU tests first (their verdicts land in $OUT).
+# CONCURRENT="8 --workloads rmsnorm,bmm,column_sum" then measures the device lock per-run vs batched in one run.
 # Calls made back to back on one warm machine resume from the machine's own copy of the cache
 # (/tmp/klineage-eval-cache.sqlite), so no copy-back is needed between them.
 set -uo pipefail
@@ -33,6 +34,13 @@ timeout 120 python3 -m pytest -q -p no:cacheprovider tests/validator/test_gpu.py
 if [ -n "${PRE_TESTS:-}" ]; then
   # shellcheck disable=SC2086
   timeout 240 python3 -m pytest -q -p no:cacheprovider $PRE_TESTS 2>&1 | tail -15 | tee -a "$OUT/checks.log"
+fi
+if [ -n "${CONCURRENT:-}" ]; then
+  # the device lock before/after in one run (bench/validator.py --concurrent); CONCURRENT holds its arguments,
+  # e.g. CONCURRENT="8 --workloads rmsnorm,bmm,column_sum"
+  # shellcheck disable=SC2086
+  timeout 420 python3 bench/validator.py --no-http --cpu-jobs 0 --out "$OUT/validator-concurrent.json" \
+    --concurrent $CONCURRENT 2>&1 | tail -8 | tee -a "$OUT/checks.log"
 fi
 # the cache of timing method 2 only (runs/2026-12-04-cache-timing-method-1.sqlite holds the earlier one)
 WARM_CACHE="/tmp/klineage-eval-cache-${CARD}.sqlite"  # left by an earlier call on this (warm) machine: a superset
