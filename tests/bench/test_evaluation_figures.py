@@ -92,6 +92,7 @@ def test_the_validator_cost_of_an_evaluation_is_split_by_gate_and_period(tmp_pat
             metrics = {"gate_wall_s": wall, "worker_round_trip_s": wall / 2, "worker_busy_s": wall / 4}
             if wait is not None:
                 metrics["lock_wait_s"] = wait
+                metrics["held_alone_s"] = wait / 2
             doc = {"gpu": "G", "gates": [{"gate": "integrity", "status": "pass", "metrics": metrics},
                                          {"gate": "performance", "status": "skipped", "metrics": {}}]}
             db.execute("INSERT INTO results VALUES (?, ?, ?, ?, ?)", (str(i), created, "s", "w", json.dumps(doc)))
@@ -103,5 +104,16 @@ def test_the_validator_cost_of_an_evaluation_is_split_by_gate_and_period(tmp_pat
     assert after["lock_wait_p50_s"] == {"integrity": 5.0}
     assert after["worker_round_trip_p50_s"] == {"integrity": 7.5} and after["worker_busy_p50_s"] == {"integrity": 3.75}
     assert after["candidates_per_minute"] == 2.0  # two results written 60 s apart
+    assert after["held_alone_p50_s"] == {"integrity": 2.5} and after["alone_per_candidate_p50_s"] == 2.5
+    assert after["alone_share_of_span"] == pytest.approx(5.0 / 60.0)  # 2 + 3 s alone over 60 s
+    assert before["alone_per_candidate_p50_s"] is None  # not recorded then
     with pytest.raises(SystemExit, match="in that period"):
         validator_bench.from_cache(path, since=datetime.fromisoformat("2027-01-01T00:00:00+00:00"))
+
+
+def test_plots_name_the_card_their_rows_were_measured_on() -> None:
+    rows = [{"gpu": "NVIDIA H100 80GB HBM3 (sm_90)"}, {"gpu": "NVIDIA H100 80GB HBM3 (sm_90)"}]
+    assert evaluation._card(rows) == "h100"
+    assert evaluation._card([{"gpu": "NVIDIA H200 (sm_90)"}]) == "h200"
+    assert evaluation._card([*rows, {"gpu": "NVIDIA H200 (sm_90)"}]) == "mixed"
+    assert evaluation._card([{"gpu": "none (CPU)"}]) == "gpu"
