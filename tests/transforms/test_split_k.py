@@ -123,3 +123,15 @@ def test_a_value_carried_between_iterations_is_not_split() -> None:
         "        acc += tl.sum(x.to(tl.float32), axis=0) - prev\n        prev = tl.sum(x.to(tl.float32), axis=0)\n",
     )
     assert src != COLUMN_SUM and OP.apply(src) is None  # ``prev`` comes from the previous iteration
+
+
+def test_a_grid_written_as_a_function_of_meta_gains_the_axis_too() -> None:
+    lambda_grid = COLUMN_SUM.replace("    grid = (triton.cdiv(N, 128),)\n",
+                                     "    grid = lambda META: (triton.cdiv(N, META['BLOCK_N']),)\n")
+    assert lambda_grid != COLUMN_SUM
+    case = _column_sum_case()
+    rw = OP.apply(lambda_grid, split_k=3)
+    assert rw is not None and "META['BLOCK_N']), 3,)" in rw.source
+    assert check(case, rw.source) <= 1.0, rw.diff
+    back = OP.simplify(rw.source)
+    assert back is not None and back.source == lambda_grid

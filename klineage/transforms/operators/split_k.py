@@ -171,7 +171,7 @@ class SplitK(Operator):
             return None
         la = lts[0]
         gt = grid_tuple(m, la)
-        if launch_stmt(m, la) is None or gt is None or gt[1] is not None or len(gt[0].elts) > 2:  # type: ignore[attr-defined]
+        if launch_stmt(m, la) is None or gt is None or len(gt[0].elts) > 2:  # type: ignore[attr-defined]
             return None
         if isinstance(la.grid, ast.Name) and sum(
             isinstance(n, ast.Name) and n.id == la.grid.id and isinstance(n.ctx, ast.Load)
@@ -212,7 +212,7 @@ class SplitK(Operator):
             args = launch_args(la, k)
             ws = args.get(ptr)
             gt = grid_tuple(m, la)
-            if not isinstance(ws, ast.Name) or gt is None or gt[1] is not None or len(gt[0].elts) < 2:  # type: ignore[attr-defined]
+            if not isinstance(ws, ast.Name) or gt is None or len(gt[0].elts) < 2:  # type: ignore[attr-defined]
                 continue
             ws_assign = next((st for st in ast.walk(la.func) if isinstance(st, ast.Assign)  # type: ignore[arg-type]
                               and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
