@@ -33,7 +33,7 @@ timeout 120 python3 -m pytest -q -p no:cacheprovider tests/validator/test_gpu.py
   | tail -5 | tee "$OUT/checks.log"
 if [ -n "${PRE_TESTS:-}" ]; then
   # shellcheck disable=SC2086
-  timeout 240 python3 -m pytest -q -p no:cacheprovider $PRE_TESTS 2>&1 | tail -15 | tee -a "$OUT/checks.log"
+  timeout 300 python3 -m pytest -q -p no:cacheprovider $PRE_TESTS 2>&1 | tail -15 | tee -a "$OUT/checks.log"
 fi
 if [ -n "${CONCURRENT:-}" ]; then
   # the device lock before/after in one run (bench/validator.py --concurrent); CONCURRENT holds its arguments,
