@@ -7,21 +7,20 @@ a 256 MB buffer that flushes the L2, each bracketed by CUDA events; the device i
 after the last end event before any elapsed time is read. Median, p10, p90, min, mean and ``n`` are
 reported in milliseconds.
 
-The gate times the candidate (in its worker, which sends back the statistics and the last output) and
-the workload's ``vendor`` (or ``reference`` when the workload has no ``vendor``) in the trusted side's
-baseline process (``baseline_timer.py``: never in a process whose other threads could stall its launches),
-on the same GPU, holding the device lock alone while the cases whose inputs were made ahead (up to
-``CHUNK_BYTES``) are timed back to back; speedup = vendor median / candidate median. With ``flops``/``bytes_moved`` and the ceilings measured on this device
-(``measure_ceilings``: device-to-device copy bandwidth, counting bytes read + written, and the bf16
-``torch.matmul`` rate at 4096³ and 8192³, best of the two), the roofline floor is
-max(flops / gemm rate, bytes / copy bandwidth) and % of roofline = floor / median. A case that looks
-wrong (``suspect_case``: a speedup above 10×, a time under the roofline floor, or either side's p90 more
-than twice its p10) is timed again, both sides, and the second timing stands (the first is kept in the
-row as ``first_timing``): on the H200, timings taken while another process used the GPU gave a vendor 294×
-slower than itself, and one such case made a geomean. A case still above 10× or under the floor after the
-second timing is flagged (reported in the reason and ``metrics.flags``). The output
-of the last timed call is compared with the reference, so a kernel that behaves differently while being
-timed fails here.
+The gate times the candidate (in its worker, which sends back the statistics and the last output) and the
+workload's ``vendor`` (or ``reference`` when the workload has no ``vendor``) in the trusted side's baseline
+process (``baseline_timer.py``: never in a process whose other threads could stall its launches), on the same
+GPU, holding the device lock alone while the cases whose inputs were made ahead (up to ``CHUNK_BYTES``) are
+timed back to back; speedup = vendor median / candidate median. With ``flops``/``bytes_moved`` and the
+ceilings measured on this device (``measure_ceilings``: device-to-device copy bandwidth, counting bytes read +
+written, and the bf16 ``torch.matmul`` rate at 4096³ and 8192³, best of the two), the roofline floor is
+max(flops / gemm rate, bytes / copy bandwidth) and % of roofline = floor / median. A case that looks wrong
+(``suspect_case``: a speedup above 10×, a time under the roofline floor, or either side's p90 more than twice
+its p10) is timed again, both sides, and the second timing stands (the first is kept in the row as
+``first_timing``): on the H200, timings taken while another process used the GPU gave a vendor 294× slower
+than itself, and one such case made a geomean. A case still above 10× or under the floor after the second
+timing is flagged (reported in the reason and ``metrics.flags``). The output of the last timed call is
+compared with the reference, so a kernel that behaves differently while being timed fails here.
 """
 
 from __future__ import annotations
