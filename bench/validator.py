@@ -117,19 +117,11 @@ CONCURRENT_WORKLOADS = "rmsnorm,bmm,log_softmax,gelu_mul,column_sum,matmul_nt"
 CONCURRENT_OPERATORS = ("num-warps", "int64-offsets", "autotune")  # an autotuned rewrite: the sweep is timed too
 
 
-def _spread(shapes: list[dict[str, Any]], n: int = 4) -> list[dict[str, Any]]:
-    """``n`` shapes of a grid spread from smallest to largest (the evaluation's ``--max-shapes 4``)."""
-    import math
-
-    ranked = sorted(shapes, key=lambda s: math.prod(v for v in s.values() if not isinstance(v, bool)))
-    if len(ranked) <= n:
-        return ranked
-    return [ranked[round(i * (len(ranked) - 1) / (n - 1))] for i in range(n)]
-
-
-def _concurrent_candidates(workloads: list[str]) -> list[tuple[str, str, Path, list[dict[str, Any]]]]:
+def _concurrent_candidates(workloads: list[str]) -> list[tuple[str, str, Path, list[dict[str, Any]] | None]]:
     """(label, source, workload folder, shapes): each held-out naive kernel and its rewrites by
     ``CONCURRENT_OPERATORS`` (those that apply with their defaults)."""
+    from evaluate_agent import spread  # the evaluation's --max-shapes choice (this script's folder is on the path)
+
     from klineage.schema.manifest import load_manifest
     from klineage.transforms.registry import get_operator
 
@@ -139,7 +131,7 @@ def _concurrent_candidates(workloads: list[str]) -> list[tuple[str, str, Path, l
         if not (folder / "naive.py").is_file():
             raise SystemExit(f"--workloads: {folder / 'naive.py'} does not exist (expected a held-out workload name)")
         source = (folder / "naive.py").read_text()
-        shapes = _spread([dict(s) for s in load_manifest(folder).shapes])
+        shapes = spread(load_manifest(folder).shapes, 4)  # None: the whole grid
         out.append((f"{name}:naive", source, folder, shapes))
         for op in CONCURRENT_OPERATORS:
             made = get_operator(op).apply(source)
@@ -170,7 +162,7 @@ def _concurrent(jobs: int, workloads: list[str], modes: list[str]) -> dict[str, 
     return out
 
 
-def _concurrent_run(jobs: int, candidates: list[tuple[str, str, Path, list[dict[str, Any]]]],
+def _concurrent_run(jobs: int, candidates: list[tuple[str, str, Path, list[dict[str, Any]] | None]],
                     tag: str) -> tuple[list[dict[str, Any]], float, Any]:
     """Every candidate through one ``LocalValidator`` on a fresh warm pool, ``jobs`` at a time: (one row per
     candidate, seconds for all of them, the device)."""
@@ -186,7 +178,7 @@ def _concurrent_run(jobs: int, candidates: list[tuple[str, str, Path, list[dict[
         if info.cuda:
             validator.ceilings()  # measured once; not part of the figures
 
-        def one(c: tuple[str, str, Path, list[dict[str, Any]]]) -> dict[str, Any]:
+        def one(c: tuple[str, str, Path, list[dict[str, Any]] | None]) -> dict[str, Any]:
             start = time.monotonic()
             shapes = c[3] if info.cuda else None  # on CPU: the manifests' CPU shapes
             result = validator.validate(f"{c[1]}\n# {tag} {time.time_ns()}\n", c[2], shapes=shapes)

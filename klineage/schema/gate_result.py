@@ -53,7 +53,7 @@ class GateResult:
     @property
     def on_gpu(self) -> bool:
         """Whether a GPU judged the candidate (so its performance gate could time it, whatever the verdict)."""
-        return bool(self.gpu) and not self.gpu.startswith("none")
+        return bool(self.gpu) and self.gpu != NO_GPU
 
     @property
     def failed_gate(self) -> GateOutcome | None:

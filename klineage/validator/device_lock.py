@@ -25,29 +25,29 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
-_WAITED = threading.local()
-_ALONE = threading.local()  # .lock: the DeviceLock this thread holds alone (``DeviceLock.alone``), if any
+# per thread: .seconds waited, .alone_seconds held alone, .lock the DeviceLock held with ``alone`` (if any)
+_THREAD = threading.local()
 
 
 def waited_s() -> float:
     """Seconds this thread has spent waiting for device locks so far (a gate's share of its wall time that
     went to queueing behind other jobs: the runner records the difference per gate as ``lock_wait_s``)."""
-    return float(getattr(_WAITED, "seconds", 0.0))
+    return float(getattr(_THREAD, "seconds", 0.0))
 
 
 def _add_wait(start: float) -> None:
-    _WAITED.seconds = waited_s() + (time.monotonic() - start)
+    _THREAD.seconds = waited_s() + (time.monotonic() - start)
 
 
 def held_alone_s() -> float:
     """Seconds this thread has held a device exclusively so far: the part of a gate every other job of the
     process waited through (the runner records the difference per gate as ``held_alone_s``; summed over a
     candidate's gates it is the GPU time the candidate cannot share, what bounds candidates per minute)."""
-    return float(getattr(_WAITED, "alone_seconds", 0.0))
+    return float(getattr(_THREAD, "alone_seconds", 0.0))
 
 
 def _add_alone(start: float) -> None:
-    _WAITED.alone_seconds = held_alone_s() + (time.monotonic() - start)
+    _THREAD.alone_seconds = held_alone_s() + (time.monotonic() - start)
 
 
 class DeviceLock:
@@ -58,7 +58,6 @@ class DeviceLock:
         self._cond = threading.Condition()
         self._sharers = 0
         self._exclusive = False
-        self._waiting_exclusive = 0
         self._tickets = 0  # numbers the timing runs as they arrive
         self._waiting: set[int] = set()  # tickets of the timing runs waiting
         self._batch: set[int] = set()  # tickets of the timing phase in progress not yet finished
@@ -80,11 +79,11 @@ class DeviceLock:
             return
         start = time.monotonic()
         with self._cond:
-            if self._exclusive or self._waiting_exclusive:
+            if self._exclusive or self._waiting:
                 arrived = self._phase
                 self._queued_checks[arrived] += 1
                 try:
-                    while self._exclusive or (self._phase == arrived and self._waiting_exclusive):
+                    while self._exclusive or (self._phase == arrived and self._waiting):
                         self._cond.wait()
                 finally:
                     self._queued_checks[arrived] -= 1
@@ -111,7 +110,6 @@ class DeviceLock:
             ticket = self._tickets
             self._tickets += 1
             self._waiting.add(ticket)
-            self._waiting_exclusive += 1
             acquired = False
             try:
                 while not self._may_time(ticket):
@@ -119,7 +117,6 @@ class DeviceLock:
                 self._exclusive = acquired = True
             finally:
                 self._waiting.discard(ticket)
-                self._waiting_exclusive -= 1
                 if not acquired:
                     self._finish(ticket)
                 self._cond.notify_all()  # a check may have waited only on this waiter
@@ -165,38 +162,39 @@ class DeviceLock:
             yield
             return
         with self.exclusive():
-            _ALONE.lock = self
+            _THREAD.lock = self
             try:
                 yield
             finally:
-                _ALONE.lock = None
+                _THREAD.lock = None
 
     def _held_alone(self) -> bool:
-        return getattr(_ALONE, "lock", None) is self
+        return getattr(_THREAD, "lock", None) is self
 
     def state(self) -> tuple[int, bool, int]:
         """(shared holders, held exclusively, exclusive waiters): for tests and progress lines."""
         with self._cond:
-            return self._sharers, self._exclusive, self._waiting_exclusive
+            return self._sharers, self._exclusive, len(self._waiting)
 
 
 _LOCKS: dict[str, DeviceLock] = {}
 _GUARD = threading.Lock()
 
 
-_BATCH_TIMING = [True]
+_batch_timing = True  # what new process-wide locks start with (``set_timing_batches``)
 
 
 def device_lock(device: str) -> DeviceLock:
     """The process-wide lock of ``device`` (``"cuda"``, ``"cuda:1"``, ...; one per name)."""
     with _GUARD:
-        return _LOCKS.setdefault(device, DeviceLock(_BATCH_TIMING[0]))
+        return _LOCKS.setdefault(device, DeviceLock(_batch_timing))
 
 
 def set_timing_batches(on: bool) -> None:
     """Whether a timing phase takes every timing run waiting when it starts (default) or one run only, for
     every process-wide lock now and later: ``bench/validator.py --concurrent`` measures both in one run."""
+    global _batch_timing
     with _GUARD:
-        _BATCH_TIMING[0] = on
+        _batch_timing = on
         for lock in _LOCKS.values():
             lock.batch_timing = on

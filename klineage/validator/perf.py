@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from klineage.validator import baseline_timer
-from klineage.validator.checks import CaseFailure, case_label, clone_inputs, judge
+from klineage.validator.checks import CandidateError, CaseFailure, _flatten, case_label, clone_inputs, judge
 from klineage.validator.device_lock import device_lock
 from klineage.validator.harness import one_line
 
@@ -203,14 +203,8 @@ class _Case:
 
 
 def _nbytes(value: Any) -> int:
-    """Bytes of the tensors in ``value`` (nested tuples, lists and dicts)."""
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, (tuple, list)):
-        return sum(_nbytes(v) for v in value)
-    if isinstance(value, dict):
-        return sum(_nbytes(v) for v in value.values())
-    return 0
+    """Bytes of the tensors in ``value`` (nested tuples and lists, as inputs and outputs come)."""
+    return sum(t.numel() * t.element_size() for t in _flatten(value) if isinstance(t, torch.Tensor))
 
 
 def _on(device: str) -> contextlib.AbstractContextManager[Any]:
@@ -265,8 +259,6 @@ def _time_chunk(runner: Any, reference: Any, made: Sequence[tuple[_Case, Any, An
                 device: str) -> tuple[list[tuple[dict, Any, dict | None]], dict[str, Any] | None]:
     """The candidate and the baseline timed on each case of ``made``, back to back in one exclusive hold of the
     device: ((candidate statistics, its last output, baseline statistics) per case, a failing outcome)."""
-    from klineage.validator.checks import CandidateError
-
     timed: list[tuple[dict, Any, dict | None]] = []
     with device_lock(device).exclusive(), _on(device):
         for case, inputs, _ in made:

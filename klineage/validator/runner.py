@@ -287,8 +287,12 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
     start = time.monotonic()
     if report.ok and remaining:
         static = dict(outcomes)
-        lost_gate = _run_gates(source, workload, remaining, shapes, device, timeout_s, seeds, ceilings,
-                               visible_devices, timing, pool, report.uses_dot, outcomes, notes, max_timeout_s)
+
+        def run_gates() -> str | None:
+            return _run_gates(source, workload, remaining, shapes, device, timeout_s, seeds, ceilings,
+                              visible_devices, timing, pool, report.uses_dot, outcomes, notes, max_timeout_s)
+
+        lost_gate = run_gates()
         crowded = device.cuda and out_of_memory(outcomes.values())
         if crowded:
             # Other jobs' tensors filled the GPU: that says nothing about the candidate. Once more, alone.
@@ -297,9 +301,7 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
             outcomes.update(static)
             with device_lock(_device_string(device, visible_devices)).alone():
                 _release_cached_memory()
-                lost_gate = _run_gates(source, workload, remaining, shapes, device, timeout_s, seeds, ceilings,
-                                       visible_devices, timing, pool, report.uses_dot, outcomes, notes,
-                                       max_timeout_s)
+                lost_gate = run_gates()
         if lost_gate or (crowded and out_of_memory(outcomes.values())):
             cacheable = False
     final, complete = assemble_gates(outcomes, gates)

@@ -17,6 +17,18 @@ def _wait_for(predicate, timeout: float = 5.0) -> None:
         time.sleep(0.005)
 
 
+def _start(target, *args) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args)
+    thread.start()
+    return thread
+
+
+def _logged_check(lock: DeviceLock, events: list[str], name: str) -> None:
+    """A checking gate that only logs that it got the device."""
+    with lock.shared():
+        events.append(name)
+
+
 def test_checking_gates_share_the_device() -> None:
     lock = DeviceLock()
     with lock.shared(), lock.shared():
@@ -41,18 +53,13 @@ def test_a_timed_case_waits_for_checks_and_excludes_new_ones() -> None:
             assert lock.state()[0] == 0
             events.append("timing end")
 
-    def late_check() -> None:
-        with lock.shared():
-            events.append("late check")
-
     first = threading.Thread(target=check)
     first.start()
     _wait_for(lambda: lock.state()[0] == 1)
     timer = threading.Thread(target=timing)
     timer.start()
     _wait_for(lambda: lock.state()[2] == 1)  # the timing run waits for the running check
-    late = threading.Thread(target=late_check)
-    late.start()
+    late = _start(_logged_check, lock, events, "late check")
     time.sleep(0.05)
     assert "late check" not in events  # no new check starts while a timing run waits
     check_may_end.set()
@@ -153,18 +160,11 @@ def test_checks_queued_behind_a_timing_run_go_before_the_next_one() -> None:
                 hold.wait(5)
             events.append(f"{name} end")
 
-    def check() -> None:
-        with lock.shared():
-            events.append("check")
-
-    first = threading.Thread(target=timing, args=("timing 1", first_may_end))
-    first.start()
+    first = _start(timing, "timing 1", first_may_end)
     _wait_for(lambda: lock.state()[1])
-    queued_check = threading.Thread(target=check)
-    queued_check.start()
+    queued_check = _start(_logged_check, lock, events, "check")
     time.sleep(0.05)
-    second = threading.Thread(target=timing, args=("timing 2",))
-    second.start()
+    second = _start(timing, "timing 2")
     _wait_for(lambda: lock.state()[2] == 1)
     first_may_end.set()
     for thread in (first, queued_check, second):
@@ -191,24 +191,17 @@ def test_timing_runs_waiting_together_go_back_to_back_in_one_phase(batch: bool) 
             events.append(name)
             time.sleep(0.02)
 
-    def check(name: str) -> None:
-        with lock.shared():
-            events.append(name)
-
-    holder = threading.Thread(target=running_check)
-    holder.start()
+    holder = _start(running_check)
     _wait_for(lambda: lock.state()[0] == 1)
-    threads = [threading.Thread(target=timing, args=(f"timing {i}",)) for i in (1, 2, 3)]
-    for i, thread in enumerate(threads, start=1):
-        thread.start()
+    threads = []
+    for i in (1, 2, 3):
+        threads.append(_start(timing, f"timing {i}"))
         _wait_for(lambda i=i: lock.state()[2] == i)
-    queued = threading.Thread(target=check, args=("check 2",))
-    queued.start()
+    queued = _start(_logged_check, lock, events, "check 2")
     time.sleep(0.05)
     check_may_end.set()  # the phase starts: timings 1-3 were waiting
     _wait_for(lambda: lock.state()[1])
-    late = threading.Thread(target=timing, args=("timing 4",))
-    late.start()
+    late = _start(timing, "timing 4")
     for thread in (holder, *threads, queued, late):
         thread.join(5)
     assert events[0] == "check 1"
@@ -235,15 +228,9 @@ def test_a_job_run_alone_passes_its_own_holds_and_keeps_everyone_else_out() -> N
             may_leave.wait(5)
         events.append("job done")
 
-    def other_check() -> None:
-        with lock.shared():
-            events.append("other check")
-
-    job = threading.Thread(target=retried_job)
-    job.start()
+    job = _start(retried_job)
     assert inside.wait(5)
-    other = threading.Thread(target=other_check)
-    other.start()
+    other = _start(_logged_check, lock, events, "other check")
     time.sleep(0.05)
     assert "other check" not in events  # another job's check waits while the retried job has the GPU
     may_leave.set()
