@@ -12,6 +12,8 @@
 # arguments after them (e.g. --instances bmm,rmsnorm or --methods greedy --budget 5).
 # PRE_TESTS="tests/hostile/test_hostile_gpu.py ..." runs those GPU tests first (their verdicts land in $OUT).
 # CONCURRENT="8 --workloads rmsnorm,bmm,column_sum" then measures the device lock per-run vs batched in one run.
+# SWEEP="20" then compares the autotune sweep at 20 ms per config with Triton's default (bench/autotune_sweep.py):
+# the evidence --autotune-rep-ms needs before the evaluation may use it.
 # Calls made back to back on one warm machine resume from the machine's own copy of the cache
 # (/tmp/klineage-eval-cache.sqlite), so no copy-back is needed between them.
 set -uo pipefail
@@ -41,6 +43,10 @@ if [ -n "${CONCURRENT:-}" ]; then
   # shellcheck disable=SC2086
   timeout 420 python3 bench/validator.py --no-http --cpu-jobs 0 --out "$OUT/validator-concurrent.json" \
     --concurrent $CONCURRENT 2>&1 | tail -8 | tee -a "$OUT/checks.log"
+fi
+if [ -n "${SWEEP:-}" ]; then
+  timeout 420 python3 bench/autotune_sweep.py --rep-ms "$SWEEP" --out "$OUT/autotune-sweep.json" 2>&1 \
+    | tail -12 | tee -a "$OUT/checks.log"
 fi
 # the cache of timing method 2 only (runs/2026-12-04-cache-timing-method-1.sqlite holds the earlier one)
 WARM_CACHE="/tmp/klineage-eval-cache-${CARD}.sqlite"  # left by an earlier call on this (warm) machine: a superset
