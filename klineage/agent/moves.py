@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from klineage.transforms.registry import get_operator
+from klineage.transforms.under_autotune import apply_or_under_autotune
 
 
 @dataclass(frozen=True)
@@ -77,13 +78,15 @@ class Materialized:
 
 def apply_step(source: str, step: MoveStep) -> str | None:
     """The source after one step, or None when the operator does not apply (or rejects the
-    parameters): an operator's refusal is never an error for the agent, it is a move that cannot be made."""
+    parameters): an operator's refusal is never an error for the agent, it is a move that cannot be made.
+    A structural operator that refuses an autotuned kernel is made with the kernel's configs taken out and
+    put back (``transforms.under_autotune``), as the knowledge base's anchors say it can."""
     operator = get_operator(step.operator)
     try:
         if step.action == "simplify":
             rewrite = operator.simplify(source, **dict(step.params))
         else:
-            rewrite = operator.apply(source, **dict(step.params))
+            rewrite = apply_or_under_autotune(operator, source, **dict(step.params))
     except (ValueError, TypeError, KeyError, SyntaxError):
         return None
     return rewrite.source if rewrite is not None else None

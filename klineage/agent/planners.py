@@ -46,10 +46,8 @@ from klineage.kb.service import KnowledgeBase
 from klineage.schema import pyast
 from klineage.transforms.facts import APPLICABLE, PRESENT, KernelFacts, kernel_facts
 from klineage.transforms.features import kernel_features
-from klineage.transforms.registry import get_operator, operator_ids
+from klineage.transforms.registry import LAUNCH_CONFIGURATION, get_operator, operator_ids
 
-#: Operators whose values make one launch configuration: measured together, applied together.
-LAUNCH_CONFIG = ("tile-size", "num-warps", "pipelining", "autotune", "register-cap")
 #: Static features that say what kind of kernel it is (compared to find the nearest lineage).
 SHAPE_OF_KERNEL = ("has_dot", "has_k_loop", "row_reduction", "online_softmax", "elementwise", "causal_skip",
                    "uses_mask", "single_pass_row", "multi_row")
@@ -230,12 +228,12 @@ class LineagePlanner:
         demoted: list[Move] = []
         for lineage in ranked[:2]:
             forward = lineage.forward()
-            config_steps = [s for s in forward if s.operator in LAUNCH_CONFIG]
+            config_steps = [s for s in forward if s.operator in LAUNCH_CONFIGURATION]
             config = self._config_move(lineage, config_steps, facts, hits, state.problem)
             if config is not None:
                 moves.append(config)
             candidates = [(step, self._step_move(lineage, step, facts, hits)) for step in forward
-                          if not (step.operator in LAUNCH_CONFIG and config is not None)]
+                          if not (step.operator in LAUNCH_CONFIGURATION and config is not None)]
             singles = [(step, move) for step, move in candidates if move is not None]
             for i, (step, move) in enumerate(singles):
                 lost = move.expected_gain is not None and move.expected_gain < 1.0

@@ -44,7 +44,8 @@ def operator_anchors(source: str, features: dict[str, Any] | None = None) -> dic
 
     - "applicable" when its contract holds on the kernel (``contracts.unmet`` is empty), its
       ``detect`` finds a place to add it AND its ``apply`` (default parameters) actually rewrites the
-      source: a skill is never recommended where applying it would change nothing;
+      source: a skill is never recommended where applying it would change nothing; or, on an autotuned
+      kernel, when it does all that with the configs taken out and put back (``under_autotune``);
     - else "present" when ``detect`` finds it already there;
     - else "absent", with the reason (the contract it breaks, what the operator needs, or that apply
       changes nothing).
@@ -56,6 +57,7 @@ def operator_anchors(source: str, features: dict[str, Any] | None = None) -> dic
     from klineage.transforms.contracts import contract_of, unmet
     from klineage.transforms.features import kernel_features
     from klineage.transforms.registry import all_operators
+    from klineage.transforms.under_autotune import apply_under_autotune
 
     features = kernel_features(source) if features is None else features
     out: dict[str, dict[str, str]] = {}
@@ -67,11 +69,17 @@ def operator_anchors(source: str, features: dict[str, Any] | None = None) -> dic
             if broken:
                 applicable = []
             changes = bool(applicable) and op.apply(source) is not None
+            present = [a for a in found if a.kind == "present"]
+            # a structural operator an autotuned kernel refuses, made with its configs out and back in
+            under = (not changes and not present and not unmet(contract_of(op.id), features)
+                     and apply_under_autotune(op, source) is not None)
         except Exception:  # an operator bug must not break search: its anchor stays unknown, not guessed
             continue
-        present = [a for a in found if a.kind == "present"]
         if changes:
             out[op.id] = {"state": APPLICABLE, "detail": _where(applicable)}
+        elif under:
+            out[op.id] = {"state": APPLICABLE, "detail": "the kernel with its autotune configs taken out, the "
+                                                         "operator applied, the same configs put back"}
         elif present:
             out[op.id] = {"state": PRESENT, "detail": _where(present)}
         elif broken:

@@ -6,6 +6,10 @@ from functools import cache
 
 from klineage.transforms.operator import Operator
 
+#: Operators whose values are the fields of one launch configuration (an autotune config: tiles, warps, stages,
+#: register cap): measured together, and on an autotuned kernel the config list's business.
+LAUNCH_CONFIGURATION = ("tile-size", "num-warps", "pipelining", "autotune", "register-cap")
+
 
 @cache
 def _operators() -> tuple[Operator, ...]:

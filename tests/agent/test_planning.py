@@ -10,10 +10,10 @@ import pytest
 from klineage.agent import load_problem, make_planner
 from klineage.agent.lineages import load_lineages
 from klineage.agent.moves import MoveStep, composite, materialize
-from klineage.agent.planners import LAUNCH_CONFIG, LineagePlanner, nearest_lineages, retune_move
+from klineage.agent.planners import LineagePlanner, nearest_lineages, retune_move
 from klineage.agent.state import AgentState
 from klineage.kb.service import KnowledgeBase
-from klineage.transforms.registry import get_operator
+from klineage.transforms.registry import LAUNCH_CONFIGURATION, get_operator
 
 ROOT = Path(__file__).resolve().parents[2]
 ROW_ONLY = {"single-pass-row", "multi-row", "online-softmax", "row-persistent"}
@@ -49,7 +49,7 @@ def test_a_matmul_gets_its_launch_configuration_as_one_move_first(kb: KnowledgeB
     moves = _plan(kb, "bmm")
     assert moves, "no move for a naive batched matmul"
     first = moves[0]
-    assert set(first.operators) <= set(LAUNCH_CONFIG) and "gemm" in first.origin
+    assert set(first.operators) <= set(LAUNCH_CONFIGURATION) and "gemm" in first.origin
     assert len(first.steps) >= 2 or first.operators == ("autotune",)
     planned = {op for m in moves for op in m.operators}
     assert not planned & ROW_ONLY, planned
@@ -201,3 +201,18 @@ def test_operators_without_a_skill_come_after_the_knowledge_bases_first_moves(kb
         (op,) = move.operators
         assert op not in skilled and facts.state(op) == APPLICABLE
     assert len({m.operators for m in unknown}) == len(unknown)
+
+
+def test_after_the_launch_configuration_the_lineages_structural_step_is_still_offered(kb: KnowledgeBase) -> None:
+    """The gemm lineage's persistent step comes after its config set; the tuned kernel refuses it directly,
+    so the plan offers it made under autotune (configs out, persistent, configs back) and it materializes."""
+    problem = load_problem(None, ROOT / "heldout" / "matmul_nt")
+    first = _plan(kb, "matmul_nt")[0]
+    tuned = materialize(problem.source, first)
+    assert first.label == "launch config set" and tuned is not None
+    assert get_operator("persistent").apply(tuned.source) is None
+    later = _plan(kb, "matmul_nt", tuned.source)
+    persistent = next(m for m in later if m.operators == ("persistent",))
+    made = materialize(tuned.source, persistent)
+    assert made is not None and get_operator("persistent").present(made.source)
+    assert "@triton.autotune" in made.source

@@ -15,6 +15,7 @@ from klineage.transforms.contracts import CONTRACTS, MEANING, Contract, contract
 from klineage.transforms.facts import APPLICABLE, operator_anchors
 from klineage.transforms.features import kernel_features
 from klineage.transforms.registry import all_operators, get_operator, operator_ids
+from klineage.transforms.under_autotune import apply_or_under_autotune
 
 ROOT = Path(__file__).resolve().parents[2]
 LINEAGES = sorted((ROOT / "lineages").glob("*.lineage.json"))
@@ -87,7 +88,7 @@ def test_apply_provides_what_the_contract_says_wherever_it_applies(op: str) -> N
         if anchors.get(op, {}).get("state") != APPLICABLE:
             continue
         assert unmet(contract, features) == [], (op, name)
-        result = operator.apply(source)
+        result = apply_or_under_autotune(operator, source)  # an autotuned kernel: configs out and back
         assert result is not None, (op, name)
         after = flags(kernel_features(result.source))
         assert all(after.get(p) for p in contract.provides), (op, name, contract.provides)
