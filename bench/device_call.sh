@@ -13,7 +13,9 @@
 # PRE_TESTS="tests/hostile/test_hostile_gpu.py ..." runs those GPU tests first (their verdicts land in $OUT).
 # CONCURRENT="8 --workloads rmsnorm,bmm,column_sum" then measures the device lock per-run vs batched in one run.
 # SWEEP="20" then compares the autotune sweep at 20 ms per config with Triton's default (bench/autotune_sweep.py):
-# the evidence --autotune-rep-ms needs before the evaluation may use it.
+# the evidence --autotune-rep-ms needs before the evaluation may use it. When every candidate there agrees within
+# 2 % the evaluation of this call runs with --autotune-rep-ms 20 (its rows say so in their options); otherwise
+# without it. USE_SWEEP="20" runs the evaluation with it without measuring again (after a passed check).
 # Calls made back to back on one warm machine resume from the machine's own copy of the cache
 # (/tmp/klineage-eval-cache.sqlite), so no copy-back is needed between them.
 set -uo pipefail
@@ -44,9 +46,16 @@ if [ -n "${CONCURRENT:-}" ]; then
   timeout 420 python3 bench/validator.py --no-http --cpu-jobs 0 --out "$OUT/validator-concurrent.json" \
     --concurrent $CONCURRENT 2>&1 | tail -8 | tee -a "$OUT/checks.log"
 fi
-if [ -n "${SWEEP:-}" ]; then
-  timeout 420 python3 bench/autotune_sweep.py --rep-ms "$SWEEP" --out "$OUT/autotune-sweep.json" 2>&1 \
-    | tail -12 | tee -a "$OUT/checks.log"
+SWEEP_ARGS=()
+if [ -n "${USE_SWEEP:-}" ]; then
+  SWEEP_ARGS=(--autotune-rep-ms "$USE_SWEEP")
+elif [ -n "${SWEEP:-}" ]; then
+  if timeout 420 python3 bench/autotune_sweep.py --rep-ms "$SWEEP" --out "$OUT/autotune-sweep.json" \
+      > "$OUT/autotune-sweep.log" 2>&1; then
+    SWEEP_ARGS=(--autotune-rep-ms "$SWEEP")
+  fi
+  tail -12 "$OUT/autotune-sweep.log" | tee -a "$OUT/checks.log"
+  echo "evaluation sweep option: ${SWEEP_ARGS[*]:-none, the autotuner default}" | tee -a "$OUT/checks.log"
 fi
 # the cache of timing method 2 only (runs/2026-12-04-cache-timing-method-1.sqlite holds the earlier one)
 WARM_CACHE="/tmp/klineage-eval-cache-${CARD}.sqlite"  # left by an earlier call on this (warm) machine: a superset
@@ -59,5 +68,5 @@ fi
 EVAL_S=$((CALL_S - SECONDS - 90))
 echo "evaluation: ${EVAL_S} s" | tee -a "$OUT/gpu.txt"
 python3 bench/evaluate_agent.py run --prepared .eval --cache "$OUT/cache.sqlite" --results "$OUT/results.jsonl" \
-  --budget-s "$EVAL_S" --max-shapes 4 --jobs "$JOBS" "$@" 2>&1 | tee "$OUT/evaluation.log" | tail -40
+  --budget-s "$EVAL_S" --max-shapes 4 --jobs "$JOBS" "${SWEEP_ARGS[@]}" "$@" 2>&1 | tee "$OUT/evaluation.log" | tail -40
 cp "$OUT/cache.sqlite" "$WARM_CACHE" 2>/dev/null || true

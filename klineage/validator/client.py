@@ -64,20 +64,30 @@ class ValidatorClient(Protocol):
         ...
 
 
+def _timing_that_matters(source: str, timing: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """``timing`` without ``autotune_rep_ms`` when ``source`` cannot autotune: the option only sets how
+    long an autotuner times its configs, and the static gate lets a candidate reach one only through
+    ``triton.autotune`` written out (a text check: a comment naming it merely keeps the option in the key)."""
+    if not timing or "autotune_rep_ms" not in timing or "autotune" in source:
+        return timing
+    return {k: v for k, v in timing.items() if k != "autotune_rep_ms"}
+
+
 def prepare_request(candidate_source: str, workload_dir: Path | str, gates: Sequence[str] | str | None,
                     shapes: Any, device: DeviceInfo, seeds: int,
                     timing: Mapping[str, Any] | None) -> PreparedRequest:
     """Check a request (raises ValidationRequestError) and return its parts and its result-cache key.
 
     ``device``: what the jobs run on (the key names the GPU and the versions); ``timing``: the
-    performance-gate options, part of the key only when the performance gate is requested. Every
+    performance-gate options, part of the key only when the performance gate is requested, and
+    ``autotune_rep_ms`` only for a candidate that can autotune (no other result depends on it). Every
     validator that runs jobs itself (``LocalValidator``, ``RayValidator``) keys its cache through here.
     """
     source = check_candidate_text(candidate_source)
     workload = load_workload(workload_dir)
     wanted = normalize_gates(gates)
     shape_list = normalize_shapes(list(shapes) if shapes is not None else None)
-    options = timing if "performance" in wanted else None
+    options = _timing_that_matters(source, timing) if "performance" in wanted else None
     key = cache_key(kernel_sha(source), workload, shape_list, wanted, device, seeds, options)
     return source, workload, wanted, shape_list, key
 

@@ -116,6 +116,19 @@ def test_timing_options_key_the_cache_apart_and_defaults_keep_their_keys(tmp_pat
     assert plain.prepare(source, WORKLOADS / "rowsum", ("performance",), None)[-1] == keys["default"]
 
 
+
+def test_the_autotune_sweep_option_keys_only_candidates_that_can_autotune(tmp_path: Path) -> None:
+    """``autotune_rep_ms`` sets how long an autotuner times its configs: a plain kernel's result does not
+    depend on it, so its cached result serves both; an autotuned kernel's does, so it is keyed apart."""
+    plain = (WORKLOADS / "rowsum" / "kernel.py").read_text(encoding="utf-8")
+    timings = ({"rep_ms": 25.0}, {"rep_ms": 25.0, "autotune_rep_ms": 20.0})
+    clients = [LocalValidator(cache=tmp_path / "c.sqlite", device="cpu", timing=t) for t in timings]
+    keys = [c.prepare(plain, WORKLOADS / "rowsum", ("performance",), None)[-1] for c in clients]
+    assert keys[0] == keys[1]
+    keys = [c.prepare(BROKEN_CONFIG, WORKLOADS / "rowsum", ("performance",), None)[-1] for c in clients]
+    assert keys[0] != keys[1]
+
+
 BROKEN_CONFIG = '''
 import torch
 import triton
