@@ -36,9 +36,6 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-from evaluate_agent import spread  # noqa: E402  (the evaluation's --max-shapes choice)
 
 from klineage.schema.manifest import load_manifest  # noqa: E402
 
@@ -50,19 +47,27 @@ SIDES = ("default", "short")
 def candidates(experts: list[str], heldout: list[str], max_shapes: int) -> list[dict[str, Any]]:
     """Each candidate as ``{label, source, workload, shapes}``: the experts as written, the held-out naive
     kernels with the ``autotune`` operator's defaults; SystemExit naming the folder when one is missing."""
+    for name in experts:
+        if not (REPO / "workloads" / name / "expert.py").is_file():
+            raise SystemExit(f"--experts: {REPO / 'workloads' / name / 'expert.py'} does not exist (expected an "
+                             "expert workload name)")
+    for name in heldout:
+        if not (REPO / "heldout" / name / "naive.py").is_file():
+            raise SystemExit(f"--heldout: {REPO / 'heldout' / name / 'naive.py'} does not exist (expected a "
+                             "held-out workload name)")
+    # the evaluation's --max-shapes choice; run as a script, this script's folder is on the path (it is not
+    # put there for importers: bench/mcp.py would shadow the mcp package)
+    from evaluate_agent import spread
+
     from klineage.transforms.registry import get_operator
 
     out = []
     for name in experts:
         folder = REPO / "workloads" / name
-        if not (folder / "expert.py").is_file():
-            raise SystemExit(f"--experts: {folder / 'expert.py'} does not exist (expected an expert workload name)")
         out.append({"label": f"{name}:expert", "source": (folder / "expert.py").read_text(), "workload": folder,
                     "shapes": spread(load_manifest(folder).shapes, max_shapes)})
     for name in heldout:
         folder = REPO / "heldout" / name
-        if not (folder / "naive.py").is_file():
-            raise SystemExit(f"--heldout: {folder / 'naive.py'} does not exist (expected a held-out workload name)")
         made = get_operator("autotune").apply((folder / "naive.py").read_text())
         if made is None:
             raise SystemExit(f"--heldout {name}: the autotune operator does not apply to its naive kernel")
