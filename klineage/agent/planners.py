@@ -8,7 +8,8 @@ budget; only the planner differs:
   features); start where the kernel already provides a step's optimization; propose the remaining
   steps in naive → expert order with the expert's values in role terms; launch-configuration steps
   (tiles, warps, stages, autotune) go together as one autotune config set, because they were measured
-  together (a larger tile alone lost on the held-out matmuls); skills whose VALID_WHEN fails are never
+  together (a larger tile alone lost on the held-out matmuls), and once the kernel is autotuned none of them
+  is offered alone (``CONFIG_VALUES``); skills whose VALID_WHEN fails are never
   proposed and those whose PROFITABLE_WHEN fails go last. Operators no lineage used (so no skill yet) that
   apply to the kernel come, with their defaults, after the moves expected to pay and before those expected
   not to: what the knowledge base knows nothing about ranks above what it predicts will lose.
@@ -48,6 +49,12 @@ from klineage.transforms.facts import APPLICABLE, PRESENT, KernelFacts, kernel_f
 from klineage.transforms.features import kernel_features
 from klineage.transforms.registry import LAUNCH_CONFIGURATION, get_operator, operator_ids
 
+#: The launch-configuration operators that set one value (tile, warps, stages) on every config of an autotuned
+#: kernel. After the config set they are never offered alone: measured on the H100 and H200 (2026-12-05/06),
+#: each of the 4 tile-size moves the planner made after a gemm config set lost (0.60-0.87x of the kernel it
+#: started from): one tile in every config throws away the list the set was chosen for. A re-tune changes the
+#: list instead; the register cap, which adds a limit to each config, stays.
+CONFIG_VALUES = frozenset({"tile-size", "num-warps", "pipelining"})
 #: Static features that say what kind of kernel it is (compared to find the nearest lineage).
 SHAPE_OF_KERNEL = ("has_dot", "has_k_loop", "row_reduction", "online_softmax", "elementwise", "causal_skip",
                    "uses_mask", "single_pass_row", "multi_row")
@@ -249,15 +256,18 @@ class LineagePlanner:
                           why=f"applicable skill outside the nearest lineage (score {hit.score:.3f})")
             (demoted if self._unprofitable(hit, contexts) else moves).append(move)
         demoted.sort(key=lambda m: -(m.expected_gain or 0.0))
-        retune = retune_move(state.source) if facts.state("autotune") == PRESENT else None
+        tuned = facts.state("autotune") == PRESENT
+        retune = retune_move(state.source) if tuned else None
         # operators the knowledge base has no skill for yet (no lineage used them), as *none* would try them:
         # after what it expects to pay, before what it expects not to
         unknown = [single(op, origin="no skill yet", why="an operator no lineage used, applicable to this kernel: "
                           "tried after the moves the knowledge base expects to pay")
                    for op in operator_ids()
                    if op not in self.skilled_operators() and facts.state(op) == APPLICABLE]
-        return _filter(state, [*_compile_retries(state), *moves, *unknown, *demoted,
-                               *([retune] if retune else [])])
+        planned = [*moves, *unknown, *demoted]
+        if tuned:  # its tiles, warps and stages are its config list's now: only a re-tune changes them
+            planned = [m for m in planned if not set(m.operators) <= CONFIG_VALUES]
+        return _filter(state, [*_compile_retries(state), *planned, *([retune] if retune else [])])
 
     def _unprofitable(self, hit: SkillHit | None, contexts: Sequence[dict[str, Any]]) -> bool:
         """True when the knowledge base predicts no gain from the skill's rules and trials
