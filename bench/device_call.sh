@@ -7,6 +7,8 @@
 #
 # then copy $OUT/cache.sqlite over bench/results/agent-CARD-cache.sqlite, append $OUT/results.jsonl to
 # bench/results/agent-CARD.jsonl (CARD: h200 or h100, as gpu.txt says), keep $OUT/*.log under bench/results/runs/ with the date, and commit.
+# With Ray's wheels carried too (`bash bench/ray_wheels.sh`, carry=[".eval", ".whl"]), tests/validator/test_ray_gpu.py
+# in PRE_TESTS runs instead of skipping.
 # Arguments: seconds for the whole call (default 540; the evaluation gets what the checks before it left, less
 # a minute for the runs in flight to finish), runs side by side (default 8), extra evaluate_agent
 # arguments after them (e.g. --instances bmm,rmsnorm or --methods greedy --budget 5).
@@ -25,6 +27,11 @@ JOBS="${2:-8}"
 shift 2 2>/dev/null || shift $#
 OUT="${OUT:?run this through the device tool: \$OUT is where results go}"
 export PYTHONPATH="$PWD" HF_HUB_OFFLINE=1 KLINEAGE_GPU_OUT="$OUT"
+# wheels carried as .whl (bench/ray_wheels.sh: Ray, which the machine's image lacks) go to /tmp/site
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="/tmp/site:$PYTHONPATH" RAY_USAGE_STATS_ENABLED=0
+fi
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 # one cache and one results file per kind of card (h200, h100): timings of different cards never mix
