@@ -73,6 +73,11 @@ elif [ -f "$COMMITTED_CACHE" ]; then
 fi
 : > "$OUT/results.jsonl"
 EVAL_S=$((CALL_S - SECONDS - 90))
+if [ "$EVAL_S" -lt 60 ]; then
+  # the checks took the call: the evaluation waits for the next one (USE_SWEEP=... there after a passed SWEEP)
+  echo "evaluation: skipped, ${EVAL_S} s left of the call" | tee -a "$OUT/gpu.txt"
+  exit 0
+fi
 echo "evaluation: ${EVAL_S} s" | tee -a "$OUT/gpu.txt"
 python3 bench/evaluate_agent.py run --prepared .eval --cache "$OUT/cache.sqlite" --results "$OUT/results.jsonl" \
   --budget-s "$EVAL_S" --max-shapes 4 --jobs "$JOBS" "${SWEEP_ARGS[@]}" "$@" 2>&1 | tee "$OUT/evaluation.log" | tail -40
