@@ -65,7 +65,7 @@ def trials_of(row: dict[str, Any], judged: dict[tuple[str, str], dict[str, Any]]
         else:
             outcome = "improved" if attempt.get("accepted") else "no-gain"
         for step in steps:
-            if step.action == "apply":
+            if step.action != "simplify":
                 out.append({"operator": step.operator, "kernel_source": made.source, "outcome": outcome,
                             "speedup": relative, "gate_result": gate, "context": context,
                             "recorded_at": row["date"], "instance": row["instance"], "method": row["method"],

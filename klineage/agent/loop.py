@@ -136,7 +136,7 @@ def _record(kb: Any, source: str, attempt: Attempt, best: Measurement | None, ga
     if gate_result is not None and gate_result.kernel_sha != kernel_sha(source):
         gate_result = None  # a result on another text judges nothing recorded here
     for step in attempt.applied:
-        if step.action != "apply":
+        if step.action == "simplify":
             continue  # the skill was re-applied by a later step of the move; one application is recorded
         sid = skill_id(step.operator)
         if kb.skill(sid) is not None:
@@ -144,7 +144,7 @@ def _record(kb: Any, source: str, attempt: Attempt, best: Measurement | None, ga
 
 
 def _line(a: Attempt, tag: str) -> str:
-    ops = "+".join(s.operator for s in a.applied)
+    ops = "+".join(s.label() for s in a.applied)
     if a.verdict != "pass":
         what = f"FAIL at {a.failed_gate}: {a.reason[:120]}"
     elif a.speedup is not None:

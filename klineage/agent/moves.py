@@ -13,9 +13,10 @@ anything materializes to None (it costs no validator call).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from klineage.transforms.operator import Rewrite
 from klineage.transforms.registry import get_operator
 from klineage.transforms.under_autotune import apply_or_under_autotune
 
@@ -28,6 +29,10 @@ class MoveStep:
     operator: str
     params: Mapping[str, Any] = field(default_factory=dict)
     action: str = "apply"
+
+    def label(self) -> str:
+        """The operator, and how it was made when that was not a plain apply (for people)."""
+        return self.operator if self.action == "apply" else f"{self.operator} ({self.action})"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON form (``action`` only when it is not ``apply``)."""
@@ -76,34 +81,44 @@ class Materialized:
     skipped: tuple[str, ...]
 
 
+#: The action a materialized step records when it was made with the kernel's autotune configs taken out and
+#: put back (re-applying it makes it the same way: every action but ``simplify`` applies).
+UNDER_AUTOTUNE = "apply under autotune"
+
+
+def _rewrite(source: str, step: MoveStep) -> Rewrite | None:
+    operator = get_operator(step.operator)
+    try:
+        if step.action == "simplify":
+            return operator.simplify(source, **dict(step.params))
+        return apply_or_under_autotune(operator, source, **dict(step.params))
+    except (ValueError, TypeError, KeyError, SyntaxError):
+        return None
+
+
 def apply_step(source: str, step: MoveStep) -> str | None:
     """The source after one step, or None when the operator does not apply (or rejects the
     parameters): an operator's refusal is never an error for the agent, it is a move that cannot be made.
     A structural operator that refuses an autotuned kernel is made with the kernel's configs taken out and
     put back (``transforms.under_autotune``), as the knowledge base's anchors say it can."""
-    operator = get_operator(step.operator)
-    try:
-        if step.action == "simplify":
-            rewrite = operator.simplify(source, **dict(step.params))
-        else:
-            rewrite = apply_or_under_autotune(operator, source, **dict(step.params))
-    except (ValueError, TypeError, KeyError, SyntaxError):
-        return None
+    rewrite = _rewrite(source, step)
     return rewrite.source if rewrite is not None else None
 
 
 def materialize(source: str, move: Move) -> Materialized | None:
-    """Apply every step of ``move`` in order; None when no step changed the source."""
+    """Apply every step of ``move`` in order; None when no step changed the source. A step made under
+    autotune is recorded with the action ``UNDER_AUTOTUNE``."""
     current = source
     applied: list[MoveStep] = []
     skipped: list[str] = []
     for step in move.steps:
-        after = apply_step(current, step)
-        if after is None or after == current:
+        rewrite = _rewrite(current, step)
+        if rewrite is None or rewrite.source == current:
             skipped.append(step.operator)
             continue
-        current = after
-        applied.append(step)
+        current = rewrite.source
+        # the trajectory says when a step was made with the configs taken out and put back
+        applied.append(replace(step, action=UNDER_AUTOTUNE) if "under_autotune" in rewrite.params else step)
     if not applied:
         return None
     if skipped and any(s.action == "simplify" for s in applied):

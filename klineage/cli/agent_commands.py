@@ -46,7 +46,7 @@ def _print_report(report: AgentReport) -> None:
     table.add_row("0", "start", "", "", start.verdict, _fmt(start.speedup), "")
     for a in report.trajectory:
         verdict = a.verdict if a.verdict == "pass" else f"fail ({a.failed_gate})"
-        table.add_row(str(a.call), a.move.label, "+".join(s.operator for s in a.applied), a.move.origin, verdict,
+        table.add_row(str(a.call), a.move.label, "+".join(s.label() for s in a.applied), a.move.origin, verdict,
                       _fmt(a.speedup), "yes" if a.accepted else "")
     out.print(table)
     best = report.best

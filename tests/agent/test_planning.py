@@ -9,7 +9,7 @@ import pytest
 
 from klineage.agent import load_problem, make_planner
 from klineage.agent.lineages import load_lineages
-from klineage.agent.moves import MoveStep, composite, materialize
+from klineage.agent.moves import UNDER_AUTOTUNE, MoveStep, apply_step, composite, materialize
 from klineage.agent.planners import CONFIG_VALUES, LineagePlanner, nearest_lineages, retune_move
 from klineage.agent.state import AgentState
 from klineage.kb.service import KnowledgeBase
@@ -216,6 +216,8 @@ def test_after_the_launch_configuration_the_lineages_structural_step_is_still_of
     made = materialize(tuned.source, persistent)
     assert made is not None and get_operator("persistent").present(made.source)
     assert "@triton.autotune" in made.source
+    assert [s.action for s in made.applied] == [UNDER_AUTOTUNE]  # the trajectory says how it was made
+    assert apply_step(tuned.source, made.applied[0]) == made.source  # and re-making it gives the same kernel
 
 
 def test_after_the_config_set_no_move_sets_one_tile_warps_or_stages_on_every_config(kb: KnowledgeBase) -> None:
