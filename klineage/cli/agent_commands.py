@@ -18,6 +18,8 @@ from rich.console import Console
 from rich.table import Table
 
 from klineage.agent import METHODS, AgentReport, ProblemError, load_problem, make_planner, optimize
+from klineage.agent.moves import Move
+from klineage.agent.state import AgentState
 from klineage.validator.factory import VALIDATOR_HELP
 
 out = Console()
@@ -61,6 +63,20 @@ def _print_report(report: AgentReport) -> None:
         out.print(f"note: {note}")
 
 
+def _print_plan(moves: list[Move], name: str, method: str, as_json: bool) -> None:
+    """The planned moves: JSON (``--json``) or a table. The first untried ones that change the kernel are what
+    the loop validates; after a call the planner plans again from the kernel kept."""
+    if as_json:
+        sys.stdout.write(json.dumps([m.to_dict() for m in moves], indent=2) + "\n")
+        return
+    table = Table(title=f"{name} — method {method}: {len(moves)} planned moves (before any call)")
+    for col in ("#", "move", "operators", "from", "expected gain", "why"):
+        table.add_column(col)
+    for i, m in enumerate(moves, 1):
+        table.add_row(str(i), m.label, "+".join(s.label() for s in m.steps), m.origin, _fmt(m.expected_gain), m.why)
+    out.print(table)
+
+
 def _fmt(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
@@ -83,6 +99,9 @@ def optimize_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print only the report (JSON) on stdout.")] = False,
     no_record: Annotated[bool, typer.Option("--no-record", help="Do not record the attempts as Applications in "
                                                                 "the knowledge base.")] = False,
+    plan: Annotated[bool, typer.Option("--plan", help="Print the moves the method would try on KERNEL, in order, "
+                                                      "with where each comes from and why, and stop: no validator "
+                                                      "call, nothing recorded.")] = False,
 ) -> None:
     """Optimize KERNEL for a workload: plan moves from the knowledge base, validate each candidate with
     every gate, keep the best that passes.
@@ -106,6 +125,9 @@ def optimize_command(
             raise _fail("the knowledge base holds no lineage: build it first (`klineage ingest lineages/` or "
                         "`make demo`), or choose --method none")
     planner = make_planner(method, kb)
+    if plan:
+        _print_plan(planner.plan(AgentState(problem, problem.source)), problem.name, method, as_json)
+        return
     from klineage.validator import ValidationRequestError, ValidatorUnavailable
 
     try:

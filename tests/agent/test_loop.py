@@ -153,6 +153,27 @@ def test_klineage_optimize_runs_end_to_end_on_cpu(kb_dir: Path, tmp_path: Path, 
     assert again.verdict == "pass" and again.kernel_sha == report["best"]["kernel_sha"]
 
 
+@pytest.mark.real("embedder")
+def test_klineage_optimize_plan_prints_the_moves_without_validating(kb_dir: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--plan``: the planner's moves for the kernel as it is, first the gemm lineage's config set on a naive
+    batched matmul; nothing validated (no cache file appears), nothing recorded."""
+    from klineage.cli.main import app
+
+    monkeypatch.setenv("KLINEAGE_DATA_DIR", str(kb_dir))
+    cache = tmp_path / "cache.sqlite"
+    args = ["optimize", str(ROOT / "heldout/bmm/naive.py"), "-w", str(ROOT / "heldout/bmm"), "--plan",
+            "--cache", str(cache)]
+    result = CliRunner().invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    moves = json.loads(result.stdout)
+    assert moves[0]["label"] == "launch config set" and "gemm" in moves[0]["origin"]
+    assert all(m["steps"] and m["origin"] for m in moves)
+    table = CliRunner().invoke(app, args)
+    assert table.exit_code == 0 and "planned moves" in table.output
+    assert not cache.exists()
+
+
 def test_klineage_optimize_says_what_is_wrong(tmp_path: Path) -> None:
     from klineage.cli.main import app
 
