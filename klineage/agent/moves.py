@@ -18,7 +18,7 @@ from typing import Any
 
 from klineage.transforms.operator import Rewrite
 from klineage.transforms.registry import get_operator
-from klineage.transforms.under_autotune import apply_or_under_autotune
+from klineage.transforms.under_autotune import MARK, apply_or_under_autotune
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def materialize(source: str, move: Move) -> Materialized | None:
             continue
         current = rewrite.source
         # the trajectory says when a step was made with the configs taken out and put back
-        applied.append(replace(step, action=UNDER_AUTOTUNE) if "under_autotune" in rewrite.params else step)
+        applied.append(replace(step, action=UNDER_AUTOTUNE) if MARK in rewrite.params else step)
     if not applied:
         return None
     if skipped and any(s.action == "simplify" for s in applied):

@@ -54,7 +54,7 @@ from klineage.transforms.registry import LAUNCH_CONFIGURATION, get_operator, ope
 #: each of the 4 tile-size moves the planner made after a gemm config set lost (0.60-0.87x of the kernel it
 #: started from): one tile in every config throws away the list the set was chosen for. A re-tune changes the
 #: list instead; the register cap, which adds a limit to each config, stays.
-CONFIG_VALUES = frozenset({"tile-size", "num-warps", "pipelining"})
+CONFIG_VALUES = frozenset(LAUNCH_CONFIGURATION) - {"autotune", "register-cap"}
 #: Static features that say what kind of kernel it is (compared to find the nearest lineage).
 SHAPE_OF_KERNEL = ("has_dot", "has_k_loop", "row_reduction", "online_softmax", "elementwise", "causal_skip",
                    "uses_mask", "single_pass_row", "multi_row")

@@ -65,13 +65,14 @@ def operator_anchors(source: str, features: dict[str, Any] | None = None) -> dic
         try:
             found = op.detect(source)
             applicable = [a for a in found if a.kind == "applicable"]
-            broken = unmet(contract_of(op.id), features) if applicable else []
+            contract_breaks = unmet(contract_of(op.id), features)
+            broken = contract_breaks if applicable else []
             if broken:
                 applicable = []
             changes = bool(applicable) and op.apply(source) is not None
             present = [a for a in found if a.kind == "present"]
             # a structural operator an autotuned kernel refuses, made with its configs out and back in
-            under = (not changes and not present and not unmet(contract_of(op.id), features)
+            under = (not changes and not present and not contract_breaks
                      and apply_under_autotune(op, source) is not None)
         except Exception:  # an operator bug must not break search: its anchor stays unknown, not guessed
             continue

@@ -21,6 +21,9 @@ from klineage.transforms._module import parse
 from klineage.transforms.operator import Operator, Rewrite, make_rewrite
 from klineage.transforms.registry import LAUNCH_CONFIGURATION, get_operator
 
+#: The key of a Rewrite's params that says it was made under autotune (its value: the kernels re-tuned).
+MARK = "under_autotune"
+
 
 def apply_or_under_autotune(operator: Operator, source: str, **params: Any) -> Rewrite | None:
     """``operator.apply(source, **params)``, or, when that declines, ``apply_under_autotune``: how the agent
@@ -30,7 +33,7 @@ def apply_or_under_autotune(operator: Operator, source: str, **params: Any) -> R
 
 def apply_under_autotune(operator: Operator, source: str, **params: Any) -> Rewrite | None:
     """``operator.apply(**params)`` made on ``source``'s kernels with their autotune config lists taken out
-    and put back (see the module docstring); the Rewrite's params say so (``under_autotune``: the kernels
+    and put back (see the module docstring); the Rewrite's params say so (``MARK``: the kernels
     whose configs were restored). None when ``source`` has no literal config list to take out, when the
     operator does not apply to the pinned kernel, or when the configs cannot be put back."""
     if operator.id in LAUNCH_CONFIGURATION or "autotune" not in source:
@@ -44,8 +47,7 @@ def apply_under_autotune(operator: Operator, source: str, **params: Any) -> Rewr
     restored = _put_back(changed.source, kernels)
     if restored is None:
         return None
-    return make_rewrite(source, restored, operator.id, {**changed.params, "under_autotune": sorted(kernels)},
-                        "apply")
+    return make_rewrite(source, restored, operator.id, {**changed.params, MARK: sorted(kernels)}, "apply")
 
 
 def _put_back(source: str, kernels: dict[str, Any]) -> str | None:

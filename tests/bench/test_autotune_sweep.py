@@ -3,24 +3,11 @@ read against the 2 % target, the worst case, and the run that says it measured n
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import load_bench
 
-
-def _bench(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-sweep = _bench("autotune_sweep")
+sweep = load_bench("autotune_sweep")
 
 
 def _run(side: str, speedups: list[float], alone: float) -> dict:

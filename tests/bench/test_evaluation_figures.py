@@ -3,26 +3,15 @@ and the gain a skill made on the kernel it was applied to (pure functions of the
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from . import load_bench
 
-
-def _bench(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-evaluation = _bench("evaluate_agent")
-profitability = _bench("profitability")
+evaluation = load_bench("evaluate_agent")
+profitability = load_bench("profitability")
 
 
 def _case(shape: int, dtype: str, vendor_ms: float, ms: float) -> dict:
@@ -81,7 +70,7 @@ def test_the_validator_cost_of_an_evaluation_is_split_by_gate_and_period(tmp_pat
     import sqlite3
     from datetime import datetime
 
-    validator_bench = _bench("validator")
+    validator_bench = load_bench("validator")
     path = tmp_path / "cache.sqlite"
     with sqlite3.connect(path) as db:
         db.execute("CREATE TABLE results (key TEXT PRIMARY KEY, created TEXT NOT NULL, kernel_sha TEXT NOT NULL, "
