@@ -18,7 +18,13 @@ from klineage.transforms.portable import OPERATOR_KEYS, portable_params
 
 def step_parameters(step: LineageStep) -> dict[str, Any]:
     """``apply`` keyword arguments that carry this step's expert values to a new kernel; {} when the
-    step has no portable values (the operator's defaults are used) or its sources are not recorded."""
+    step has no portable values (the operator's defaults are used) or its sources are not recorded.
+
+    A value the expert computes on the host from its launch (``num_warps = _warps_for(tile_bytes)``:
+    ``portable_params`` lists such expressions as ``*_exprs``) is a rule of the tile, not a constant:
+    its largest literal was right for the expert's widest tile only, so it is not carried and the
+    operator's own tile-scaled default applies. (Seen on the H100: a row expert's 16 warps, put
+    on a GELU·mul whose program covers 512 elements, cost 35 %.)"""
     keys = OPERATOR_KEYS.get(step.operator, ())
     if not keys or not step.expert_source or not step.simplified_source:
         return {}
@@ -26,7 +32,7 @@ def step_parameters(step: LineageStep) -> dict[str, Any]:
         found = portable_params(step.operator, step.expert_source, step.simplified_source)
     except ValueError:
         return {}
-    return {k: found[k] for k in keys if k in found}
+    return {k: found[k] for k in keys if k in found and f"{k}_exprs" not in found}
 
 
 #: Which dim role each role-term tile covers.

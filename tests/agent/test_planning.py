@@ -10,6 +10,7 @@ import pytest
 from klineage.agent import load_problem, make_planner
 from klineage.agent.lineages import load_lineages
 from klineage.agent.moves import UNDER_AUTOTUNE, MoveStep, apply_step, composite, materialize
+from klineage.agent.parameters import step_parameters
 from klineage.agent.planners import CONFIG_VALUES, LineagePlanner, nearest_lineages, retune_move
 from klineage.agent.state import AgentState
 from klineage.kb.service import KnowledgeBase
@@ -229,3 +230,16 @@ def test_after_the_config_set_no_move_sets_one_tile_warps_or_stages_on_every_con
         assert tuned is not None and "@triton.autotune" in tuned.source
         later = _plan(kb, name, tuned.source)
         assert later and not [m.label for m in later if set(m.operators) <= CONFIG_VALUES], name
+
+
+def test_warps_an_expert_computes_from_its_tile_are_not_carried_as_a_constant(kb: KnowledgeBase) -> None:
+    """The row experts compute num_warps from the tile on the host; their largest literal (16) was right
+    for their widest rows only. The gemm expert writes one value for its one tile, which is carried."""
+    carried = {}
+    for lineage in load_lineages(kb):
+        for step in lineage.steps:
+            if step.operator == "num-warps":
+                carried[lineage.workload] = step_parameters(step)
+    assert carried["gemm"] == {"warps": 8}
+    for workload in ("softmax", "layernorm", "cross_entropy"):
+        assert workload in carried and "warps" not in carried[workload], (workload, carried[workload])
