@@ -5,6 +5,7 @@ search context vocabulary has no key for a window); O = softmax(Q Kᵀ / sqrt(D)
 in the input dtype.
 """
 
+import functools
 import math
 
 import torch
@@ -51,9 +52,16 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) ->
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def _vendor_mask(seq: int, window: int, device: torch.device) -> torch.Tensor:
+    """The (S, S) window mask, made once per shape as a model keeps it."""
+    return _allowed(seq, window, device)
+
+
 def vendor(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> torch.Tensor:
-    """The standard PyTorch way at native dtype: SDPA with the window as a boolean mask."""
-    mask = _allowed(q.shape[2], window, q.device)
+    """The standard PyTorch way at native dtype: SDPA with the window as a boolean mask (made once per
+    shape, not per call)."""
+    mask = _vendor_mask(q.shape[2], window, q.device)
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
