@@ -42,6 +42,7 @@ from klineage.validator.runner import (
     probe_device,
     validate_job,
 )
+from klineage.validator.single_flight import SingleFlight
 
 __all__ = ["HttpValidator", "LocalValidator", "PreparedRequest", "ValidationRequestError", "ValidatorClient",
            "ValidatorUnavailable", "prepare_request"]
@@ -125,6 +126,7 @@ class LocalValidator:
         self.last_output: JobOutput | None = None
         self._ceilings: dict[str, Any] | None = None
         self._lock = threading.Lock()
+        self._flights: SingleFlight[tuple[GateResult, bool]] = SingleFlight()
 
     def device_info(self) -> DeviceInfo:
         """What the worker processes run on (probed once)."""
@@ -164,22 +166,29 @@ class LocalValidator:
         ``timeout_s`` overrides the validator's per-job wall-clock limit for this call.
         """
         source, workload, wanted, shape_list, key = self.prepare(candidate_source, workload_dir, gates, shapes)
-        hit = self.cached(key)
-        self.last_cached = hit is not None
-        if hit is not None:
-            self._store_checks_of(source, workload_dir, wanted, shapes, hit)
-            return hit
-        info = self.device_info()
-        ceilings = self.ceilings() if info.cuda and "performance" in wanted else None
-        output = validate_job(source, workload, wanted, shape_list, info, timeout_s=timeout_s or self.timeout_s,
-                              seeds=self.seeds, ceilings=ceilings, visible_devices=self.visible_devices,
-                              timing=self.timing if "performance" in wanted else None, pool=self.pool,
-                              max_timeout_s=self.max_timeout_s)
-        self.last_output = output
-        if self.cache is not None and output.cacheable:
-            self.cache.put(key, output.result)
-            self._store_checks_of(source, workload_dir, wanted, shapes, output.result)
-        return output.result
+
+        def answer() -> tuple[GateResult, bool]:
+            hit = self.cached(key)
+            if hit is not None:
+                self._store_checks_of(source, workload_dir, wanted, shapes, hit)
+                return hit, True
+            info = self.device_info()
+            ceilings = self.ceilings() if info.cuda and "performance" in wanted else None
+            output = validate_job(source, workload, wanted, shape_list, info,
+                                  timeout_s=timeout_s or self.timeout_s, seeds=self.seeds, ceilings=ceilings,
+                                  visible_devices=self.visible_devices,
+                                  timing=self.timing if "performance" in wanted else None, pool=self.pool,
+                                  max_timeout_s=self.max_timeout_s)
+            self.last_output = output
+            if self.cache is not None and output.cacheable:
+                self.cache.put(key, output.result)
+                self._store_checks_of(source, workload_dir, wanted, shapes, output.result)
+            return output.result, False
+
+        # side-by-side callers asking for the same job while it runs get its answer (validated once)
+        (result, cached), shared = self._flights.do(key, answer)
+        self.last_cached = cached or shared
+        return result
 
     def _store_checks_of(self, source: str, workload_dir: Path | str, wanted: Sequence[str], shapes: Any,
                          result: GateResult) -> None:

@@ -47,7 +47,6 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,6 +57,7 @@ from klineage.schema.ids import kernel_sha, sha256_text
 from klineage.validator.cache import ResultCache, ResultStore
 from klineage.validator.client import LocalValidator, PreparedRequest, ValidatorUnavailable, prepare_request
 from klineage.validator.runner import ENDED, DeviceInfo, ValidationRequestError, assemble_gates
+from klineage.validator.single_flight import SingleFlight
 
 __all__ = ["RAY_MISSING", "RayValidator", "RemoteResultCache", "ResultCacheActor", "ValidatorActor",
            "WorkloadBundle", "bundle_workload", "import_ray", "shutdown_ray_validators"]
@@ -392,7 +392,7 @@ class _ActorSet:
     key: tuple[Any, ...]
     free: list[int] = field(default_factory=list)
     cond: threading.Condition = field(default_factory=threading.Condition)
-    inflight: dict[str, Future[tuple[GateResult, bool]]] = field(default_factory=dict)
+    flights: SingleFlight[tuple[GateResult, bool]] = field(default_factory=SingleFlight)
     counts: dict[str, int] = field(default_factory=lambda: {"jobs": 0, "ran": 0, "cached": 0, "shared": 0,
                                                               "retried": 0, "lost": 0})
     lost_log: list[str] = field(default_factory=list)
@@ -657,33 +657,19 @@ class RayValidator:
         key = prepared[-1]
         actor_set = self._set
         actor_set.count("jobs")
-        with actor_set.cond:
-            shared = actor_set.inflight.get(key)
-            mine: Future[tuple[GateResult, bool]] | None = None
-            if shared is None:
-                mine = actor_set.inflight[key] = Future()
-        if shared is not None:
-            result, _ = shared.result()
-            actor_set.count("shared")
-            self._local.cached = True
-            return result
-        assert mine is not None
-        try:
+
+        def answer() -> tuple[GateResult, bool]:
             hit = self.cached(key)
             if hit is not None:
                 actor_set.count("cached")
-                outcome = (hit, True)
-            else:
-                outcome = self._run(prepared, Path(workload_dir), timeout_s or self.timeout_s)
-            mine.set_result(outcome)
-        except BaseException as exc:
-            mine.set_exception(exc)
-            raise
-        finally:
-            with actor_set.cond:
-                actor_set.inflight.pop(key, None)
-        self._local.cached = outcome[1]
-        return outcome[0]
+                return hit, True
+            return self._run(prepared, Path(workload_dir), timeout_s or self.timeout_s)
+
+        (result, cached), shared = actor_set.flights.do(key, answer)
+        if shared:
+            actor_set.count("shared")
+        self._local.cached = cached or shared
+        return result
 
     def _run(self, prepared: PreparedRequest, workload_dir: Path, timeout_s: float | None) -> tuple[GateResult, bool]:
         """Send the job to a free actor; after a lost attempt, once more to another one."""
