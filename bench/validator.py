@@ -206,6 +206,20 @@ SPLIT = ("lock_wait_s", "worker_round_trip_s", "worker_busy_s", "held_alone_s")
 SPLIT_LABELS = ("queued for the device", "waiting on the worker", "worker working", "GPU held alone")
 
 
+def _one_per_job(rows: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """One cache entry per validator job: a job that ran the checks and the performance gate is also stored
+    as the answer without performance (``LocalValidator._store_checks_of``: same kernel, workload and date,
+    performance "not requested"); that copy is not another candidate. The entry with more gates run stays."""
+    best: dict[tuple[str, str, str], tuple[int, tuple[str, str, str]]] = {}
+    for row in rows:
+        doc = json.loads(row[2])
+        ran = sum(1 for g in doc.get("gates", []) if g.get("status") != "skipped")
+        job = (row[0], str(doc.get("kernel_sha")), str(doc.get("date") or row[1]))
+        if job not in best or ran > best[job][0]:
+            best[job] = (ran, row)
+    return sorted((row for _, row in best.values()), key=lambda r: r[1])
+
+
 def from_cache(path: Path, since: datetime | None = None, until: datetime | None = None) -> dict[str, Any]:
     """Seconds per candidate and per gate as an evaluation's result cache recorded them (see the docstring),
     of the results written in [``since``, ``until``) when given (before/after a change, on one card)."""
@@ -219,6 +233,7 @@ def from_cache(path: Path, since: datetime | None = None, until: datetime | None
             and (until is None or datetime.fromisoformat(r[1]) < until)]
     if not rows:
         raise SystemExit(f"--from-cache {path}: no results in it" + (" in that period" if since or until else ""))
+    rows = _one_per_job(rows)
     per_gate: dict[str, list[float]] = {}
     split: dict[str, dict[str, list[float]]] = {key: {} for key in SPLIT}
     totals: list[float] = []

@@ -85,8 +85,19 @@ def test_the_validator_cost_of_an_evaluation_is_split_by_gate_and_period(tmp_pat
             doc = {"gpu": "G", "gates": [{"gate": "integrity", "status": "pass", "metrics": metrics},
                                          {"gate": "performance", "status": "skipped", "metrics": {}}]}
             db.execute("INSERT INTO results VALUES (?, ?, ?, ?, ?)", (str(i), created, "s", "w", json.dumps(doc)))
+        # a job that also ran performance is stored a second time as its checks-only answer: not a candidate
+        job = {"gpu": "G", "kernel_sha": "s", "date": "2026-12-06T10:02:00Z",
+               "gates": [{"gate": "integrity", "status": "pass", "metrics": {"gate_wall_s": 30.0}},
+                         {"gate": "performance", "status": "pass", "metrics": {"gate_wall_s": 6.0}}]}
+        copy = {**job, "gates": [job["gates"][0], {"gate": "performance", "status": "skipped", "metrics": {}}]}
+        for key, doc in (("full", job), ("checks", copy)):
+            db.execute("INSERT INTO results VALUES (?, ?, ?, ?, ?)",
+                       (key, "2026-12-06T10:02:00+00:00", "s", "w", json.dumps(doc)))
     before = validator_bench.from_cache(path, until=datetime.fromisoformat("2026-12-06T00:00:00+00:00"))
-    after = validator_bench.from_cache(path, since=datetime.fromisoformat("2026-12-06T00:00:00+00:00"))
+    after = validator_bench.from_cache(path, since=datetime.fromisoformat("2026-12-06T00:00:00+00:00"),
+                                       until=datetime.fromisoformat("2026-12-06T10:02:00+00:00"))
+    copied = validator_bench.from_cache(path, since=datetime.fromisoformat("2026-12-06T10:02:00+00:00"))
+    assert copied["candidates"] == 1 and copied["gate_p50_s"] == {"integrity": 30.0, "performance": 6.0}
     assert before["candidates"] == 1 and before["gate_p50_s"] == {"integrity": 60.0}
     assert "integrity" not in before["lock_wait_p50_s"]  # not recorded then: not shown as zero
     assert after["candidates"] == 2 and after["gate_p50_s"] == {"integrity": 15.0}
