@@ -117,3 +117,16 @@ def test_plots_name_the_card_their_rows_were_measured_on() -> None:
     assert evaluation._card([{"gpu": "NVIDIA H200 (sm_90)"}]) == "h200"
     assert evaluation._card([*rows, {"gpu": "NVIDIA H200 (sm_90)"}]) == "mixed"
     assert evaluation._card([{"gpu": "none (CPU)"}]) == "gpu"
+
+
+def test_the_default_instance_order_takes_each_family_in_turn() -> None:
+    from klineage.agent import load_problem
+
+    order = evaluation.instances(None)
+    families = [load_problem(None, folder).family for folder in order]
+    kinds = sorted(set(families))
+    assert len(order) >= 22 and len(set(order)) == len(order)
+    assert families[:len(kinds)] == kinds  # the first round: one instance of every family
+    assert [p.name for p in evaluation.instances("rmsnorm,bmm")] == ["rmsnorm", "bmm"]
+    with pytest.raises(SystemExit, match="nope"):
+        evaluation.instances("rmsnorm,nope")
