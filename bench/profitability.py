@@ -178,7 +178,10 @@ def main() -> int:
         parser.error(f"--results {args.results}: no such file (run evaluate_agent.py run first)")
     if not (args.prepared / "kb").is_dir():
         parser.error(f"--prepared {args.prepared}: no kb/ folder (run evaluate_agent.py prepare --out {args.prepared})")
-    rows = [json.loads(line) for line in args.results.read_text(encoding="utf-8").splitlines() if line.strip()]
+    every = [json.loads(line) for line in args.results.read_text(encoding="utf-8").splitlines() if line.strip()]
+    # the latest row of each instance × method, as `evaluate_agent.py table` reads them: a later call replays
+    # a run from the cache and appends it again, and counting both would count its attempts twice
+    rows = list({(r["instance"], r["method"]): r for r in every}.values())
     obs = observations(rows, EmbeddedStore(args.prepared / "kb"))
     print(f"{len(obs)} single-skill attempts in {len(rows)} runs of {len({r['instance'] for r in rows})} held-out "
           f"kernels; paid = grid geomean of before/after >= {PAID}\n")
