@@ -82,3 +82,47 @@ def test_the_attention_expert_loses_its_caps_from_the_config_table_only() -> Non
     changed = [ln for ln in rw.diff.splitlines()[2:] if ln[:1] in "+-"]
     assert len(changed) == 2 and changed[0].replace(", maxnreg=r", "") == "-" + changed[1][1:]
     assert OP.apply(rw.source, **rw.params).source == expert
+
+
+AUTOTUNED = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}, num_warps=8, num_stages=3),
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64}, num_warps=4, num_stages=3),
+], key=["M", "N", "K"])
+@triton.jit
+def mm(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+
+def run(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=torch.float32)
+    grid = lambda META: (triton.cdiv(M, META["BLOCK_M"]), triton.cdiv(N, META["BLOCK_N"]))
+    mm[grid](a, b, c, M, N, K)
+    return c
+'''
+
+
+def test_no_cap_on_a_config_whose_accumulator_would_not_fit() -> None:
+    """128 x 256 fp32 over 8 warps is 128 registers per thread: a cap of 128 leaves nothing for the operands
+    (ptxas failed on it on the H100); over 4 warps it is 256, above any cap. 128 x 128 over 8 warps is 64."""
+    rw = OP.apply(AUTOTUNED)
+    assert rw is not None
+    configs = [line.strip() for line in rw.source.splitlines() if line.strip().startswith("triton.Config")]
+    assert ["maxnreg" in c for c in configs] == [False, True, False], configs
+    assert "num_warps=8, num_stages=3, maxnreg=128)" in configs[1]

@@ -8,10 +8,19 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from klineage.transforms._module import Module
-from klineage.transforms._source import add_keyword, int_const, remove_keyword
-from klineage.transforms._triton import Kernel, autotune_configs, dotted, kwarg, sets_register_cap, single_value
+from klineage.transforms._source import add_keyword, int_const, remove_keyword, str_const
+from klineage.transforms._triton import (
+    Kernel,
+    accumulator_tile,
+    autotune_configs,
+    config_dict,
+    dotted,
+    kwarg,
+    sets_register_cap,
+    single_value,
+)
 from klineage.transforms.operator import Anchor, Operator, Param, Rewrite, is_int
-from klineage.transforms.operators._common import anchor, reaches_dot
+from klineage.transforms.operators._common import anchor, param_default, reaches_dot
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,44 @@ def register_cap(num_warps: int) -> int | None:
     programs = _REGISTERS_PER_SM // (alone * threads)
     cap = _REGISTERS_PER_SM // ((programs + 1) * threads) // 8 * 8
     return cap if cap >= _MIN_REGISTER_CAP else None
+
+
+#: Registers per thread a tensor-core kernel needs besides its fp32 accumulator (operand fragments, addresses,
+#: loop state). The attention expert's measured best caps 128 with a 64-register accumulator (BLOCK_M 128 x
+#: HEAD_DIM 128 over 8 warps) and its scores tile beside it.
+_BESIDE_ACCUMULATOR = 32
+
+
+def accumulator_registers(tile: Mapping[str, int], names: list[str], num_warps: int) -> int | None:
+    """fp32 registers per thread that the accumulator tile ``names`` (values in ``tile``) takes over
+    ``num_warps`` warps; None when a dimension's value is not known."""
+    if not names or any(n not in tile for n in names):
+        return None
+    elements = 1
+    for n in names:
+        elements *= tile[n]
+    return -(-elements // (32 * num_warps))
+
+
+def _tile_values(m: Module, k: Kernel, call: ast.Call, host: ast.FunctionDef | None) -> dict[str, int]:
+    """The int value of each constexpr a config (its dict) or a launch (its keywords, a host local bound
+    once, or the kernel's default) sets."""
+    out: dict[str, int] = {}
+    d = config_dict(call)
+    if d is not None:
+        for key, value in zip(d.keys, d.values, strict=True):
+            name, v = str_const(key) if key is not None else None, int_const(value)
+            if name is not None and v is not None:
+                out[name] = v
+        return out
+    for name in k.constexprs:
+        node = kwarg(call, name)
+        v = int_const(node) if node is not None else int_const(param_default(k, name))
+        if v is None and isinstance(node, ast.Name) and host is not None:
+            v = int_const(single_value(host, node.id))
+        if v is not None:
+            out[name] = v
+    return out
 
 
 def _config_calls(m: Module) -> list[ast.Call]:
@@ -89,7 +136,9 @@ class RegisterCap(Operator):
     @staticmethod
     def _additions(m: Module, maxnreg: int | None) -> list[CapSite]:
         """Each place ``apply`` adds a cap: the configs of an autotuned dot kernel, else its launches;
-        warps from a literal (Triton's default 4 when unset)."""
+        warps from a literal (Triton's default 4 when unset). A config or launch whose fp32 accumulator
+        tile needs more registers per thread than the cap leaves (``_BESIDE_ACCUMULATOR`` kept for the
+        rest) gets none."""
         out: list[CapSite] = []
         for k in m.launched:
             if not reaches_dot(k, m):
@@ -99,11 +148,16 @@ class RegisterCap(Operator):
                 targets = [(c, None) for c in autotune_configs(k.autotune, m.al, m.src.tree)]
             else:
                 targets = [(la.call, la.func) for la in m.launches_of(k) if la.helper is None]
+            acc = accumulator_tile(k, m.al)
             for call, host in targets:
                 warps = _literal_warps(call, host)
                 cap = maxnreg or (register_cap(warps) if warps else None)
-                if cap is not None and kwarg(call, "maxnreg") is None:
-                    out.append(CapSite(k, call, cap))
+                if cap is None or kwarg(call, "maxnreg") is not None:
+                    continue
+                need = accumulator_registers(_tile_values(m, k, call, host), acc, warps) if warps else None
+                if need is not None and cap < need + _BESIDE_ACCUMULATOR:
+                    continue  # the accumulator alone would not fit: ptxas fails (seen: 128 x 256 over 8 warps)
+                out.append(CapSite(k, call, cap))
         return out
 
     def _detect(self, m: Module) -> list[Anchor]:
