@@ -42,6 +42,7 @@ from klineage.agent.planners import memory_query  # noqa: E402
 from klineage.kb.embedded_store import EmbeddedStore  # noqa: E402
 from klineage.kb.embedder import FrozenEmbedder  # noqa: E402
 from klineage.kb.service import KnowledgeBase  # noqa: E402
+from klineage.schema.manifest import load_manifest  # noqa: E402
 from klineage.validator.runner import TIMING_METHOD  # noqa: E402
 
 HELDOUT = ROOT / "heldout"
@@ -78,7 +79,7 @@ def instances(names: str | None) -> list[Path]:
     if not names:
         by_family: dict[str, list[Path]] = {}
         for folder in found:
-            by_family.setdefault(load_problem(None, folder).family, []).append(folder)
+            by_family.setdefault(load_manifest(folder).family, []).append(folder)
         queues = [by_family[f] for f in sorted(by_family)]
         return [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
     wanted = names.split(",")

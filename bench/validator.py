@@ -206,15 +206,15 @@ SPLIT = ("lock_wait_s", "worker_round_trip_s", "worker_busy_s", "held_alone_s")
 SPLIT_LABELS = ("queued for the device", "waiting on the worker", "worker working", "GPU held alone")
 
 
-def _one_per_job(rows: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+def _one_per_job(rows: list[tuple[str, str, dict[str, Any]]]) -> list[tuple[str, str, dict[str, Any]]]:
     """One cache entry per validator job: a job that ran the checks and the performance gate is also stored
     as the answer without performance (``LocalValidator._store_checks_of``: same kernel, workload and date,
     performance "not requested"); that copy is not another candidate. The entry with more gates run stays."""
-    best: dict[tuple[str, str, str], tuple[int, tuple[str, str, str]]] = {}
+    best: dict[tuple[str, str, str], tuple[int, tuple[str, str, dict[str, Any]]]] = {}
     for row in rows:
-        doc = json.loads(row[2])
+        workload, created, doc = row
         ran = sum(1 for g in doc.get("gates", []) if g.get("status") != "skipped")
-        job = (row[0], str(doc.get("kernel_sha")), str(doc.get("date") or row[1]))
+        job = (workload, str(doc.get("kernel_sha")), str(doc.get("date") or created))
         if job not in best or ran > best[job][0]:
             best[job] = (ran, row)
     return sorted((row for _, row in best.values()), key=lambda r: r[1])
@@ -229,8 +229,8 @@ def from_cache(path: Path, since: datetime | None = None, until: datetime | None
         raise SystemExit(f"--from-cache {path}: no such file (an evaluation's validator result cache)")
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
         rows = db.execute("SELECT workload, created, doc FROM results").fetchall()
-    rows = [r for r in rows if (since is None or datetime.fromisoformat(r[1]) >= since)
-            and (until is None or datetime.fromisoformat(r[1]) < until)]
+    rows = [(w, c, json.loads(d)) for w, c, d in rows if (since is None or datetime.fromisoformat(c) >= since)
+            and (until is None or datetime.fromisoformat(c) < until)]
     if not rows:
         raise SystemExit(f"--from-cache {path}: no results in it" + (" in that period" if since or until else ""))
     rows = _one_per_job(rows)
@@ -239,8 +239,7 @@ def from_cache(path: Path, since: datetime | None = None, until: datetime | None
     totals: list[float] = []
     alone: list[float] = []  # per candidate (results that recorded held_alone_s)
     gpus: set[str] = set()
-    for _workload, _created, doc in rows:
-        result = json.loads(doc)
+    for _workload, _created, result in rows:
         gpus.add(str(result.get("gpu", "")))
         total = 0.0
         for gate in result.get("gates", []):

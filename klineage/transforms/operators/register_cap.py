@@ -8,16 +8,16 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from klineage.transforms._module import Module
-from klineage.transforms._source import add_keyword, int_const, remove_keyword, str_const
+from klineage.transforms._source import add_keyword, int_const, remove_keyword
 from klineage.transforms._triton import (
     Kernel,
     accumulator_tile,
     autotune_configs,
-    config_dict,
     dotted,
     kwarg,
     sets_register_cap,
     single_value,
+    value_sites,
 )
 from klineage.transforms.operator import Anchor, Operator, Param, Rewrite, is_int
 from klineage.transforms.operators._common import anchor, param_default, reaches_dot
@@ -67,24 +67,15 @@ def accumulator_registers(tile: Mapping[str, int], names: list[str], num_warps: 
     return -(-elements // (32 * num_warps))
 
 
-def _tile_values(m: Module, k: Kernel, call: ast.Call, host: ast.FunctionDef | None) -> dict[str, int]:
-    """The int value of each constexpr a config (its dict) or a launch (its keywords, a host local bound
-    once, or the kernel's default) sets."""
+def _tile_values(m: Module, k: Kernel, call: ast.Call, names: list[str]) -> dict[str, int]:
+    """The int value each of ``names`` takes at ``call`` (a config or a launch of ``k``, as ``value_sites``
+    finds it), else the kernel's default; names without a literal value are left out."""
     out: dict[str, int] = {}
-    d = config_dict(call)
-    if d is not None:
-        for key, value in zip(d.keys, d.values, strict=True):
-            name, v = str_const(key) if key is not None else None, int_const(value)
-            if name is not None and v is not None:
-                out[name] = v
-        return out
-    for name in k.constexprs:
-        node = kwarg(call, name)
-        v = int_const(node) if node is not None else int_const(param_default(k, name))
-        if v is None and isinstance(node, ast.Name) and host is not None:
-            v = int_const(single_value(host, node.id))
-        if v is not None:
-            out[name] = v
+    for name in names:
+        at = [site.node for site in value_sites(m.src, k, name, m.al) if site.owner is call]
+        value = int_const(at[0]) if at else int_const(param_default(k, name))
+        if value is not None:
+            out[name] = value
     return out
 
 
@@ -154,7 +145,7 @@ class RegisterCap(Operator):
                 cap = maxnreg or (register_cap(warps) if warps else None)
                 if cap is None or kwarg(call, "maxnreg") is not None:
                     continue
-                need = accumulator_registers(_tile_values(m, k, call, host), acc, warps) if warps else None
+                need = accumulator_registers(_tile_values(m, k, call, acc), acc, warps) if warps else None
                 if need is not None and cap < need + _BESIDE_ACCUMULATOR:
                     continue  # the accumulator alone would not fit: ptxas fails (seen: 128 x 256 over 8 warps)
                 out.append(CapSite(k, call, cap))
