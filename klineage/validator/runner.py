@@ -29,6 +29,7 @@ from klineage.schema.ids import canonical_json, kernel_sha, sha256_text
 from klineage.schema.manifest import WorkloadManifest, load_manifest
 from klineage.validator.channel import shells
 from klineage.validator.device_lock import device_lock, held_alone_s, waited_s
+from klineage.validator.gpu_memory import IDLE_KEEP_BYTES, release_idle_memory
 from klineage.validator.pool import WorkerLost, WorkerMode, WorkerPool, default_pool
 from klineage.validator.sandbox import clean_env, run_worker
 from klineage.validator.static import check_source
@@ -300,7 +301,7 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
             outcomes.clear()
             outcomes.update(static)
             with device_lock(_device_string(device, visible_devices)).alone():
-                _release_cached_memory()
+                _release_trusted_memory(keep_bytes=0)
                 lost_gate = run_gates()
         if lost_gate or (crowded and out_of_memory(outcomes.values())):
             cacheable = False
@@ -326,12 +327,12 @@ def out_of_memory(outcomes: Iterable[GateOutcome]) -> str | None:
     return None
 
 
-def _release_cached_memory() -> None:
-    """Give the trusted side's unused cached GPU blocks back to the driver (for a job retried alone)."""
+def _release_trusted_memory(keep_bytes: int = IDLE_KEEP_BYTES) -> None:
+    """Give the trusted side's unused cached GPU blocks beyond ``keep_bytes`` back to the driver (after each
+    checked case, so that other jobs' workers can use them; all of them for a job retried alone)."""
     import torch
 
-    with contextlib.suppress(Exception):
-        torch.cuda.empty_cache()
+    release_idle_memory(torch, keep_bytes)
 
 
 def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes: Sequence[Mapping] | None,
@@ -521,7 +522,16 @@ def _hold_for(where: str, on_gpu: bool) -> Callable[[bool], contextlib.AbstractC
     if not on_gpu:
         return lambda exclusive: contextlib.nullcontext()
     lock = device_lock(where)
-    return lambda exclusive: lock.exclusive() if exclusive else lock.shared()
+
+    @contextlib.contextmanager
+    def hold(exclusive: bool) -> Iterator[None]:
+        try:
+            with lock.exclusive() if exclusive else lock.shared():
+                yield
+        finally:  # a case's reference tensors are freed by now: other jobs' processes may need the memory
+            _release_trusted_memory()
+
+    return hold
 
 
 def _one_gate(gate: str, candidate: RemoteCandidate, load_error: str | None, reference: Any, manifest: Any,

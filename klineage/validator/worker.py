@@ -25,7 +25,6 @@ device's copy bandwidth and bf16 GEMM rate and prints them as JSON.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import os
@@ -124,6 +123,7 @@ class Server:
     # -- protocol ----------------------------------------------------------------------------------
     def serve(self) -> int:
         from klineage.validator.channel import ChannelClosed, recv_message, send_message
+        from klineage.validator.gpu_memory import release_idle_memory
         from klineage.validator.harness import one_line
 
         send_message(self.sock, {"ok": True, "op": "ready", "pid": os.getpid(), **self.env,
@@ -148,6 +148,8 @@ class Server:
             send_message(self.sock, reply, blob)
             if op == "quit":
                 return 0
+            if self.on_gpu:  # off the reply's path: other jobs' processes may need what this one has cached
+                release_idle_memory(self.torch)
 
     def op_quit(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         return {"ok": True}, b""
@@ -343,8 +345,9 @@ class Server:
                 cuda_error = one_line(exc)
         self._drop()
         if self.on_gpu and cuda_error is None:
-            with contextlib.suppress(Exception):
-                self.torch.cuda.empty_cache()
+            from klineage.validator.gpu_memory import release_idle_memory
+
+            release_idle_memory(self.torch, keep_bytes=0)
         _reap()
         return {"ok": True, "cuda_error": cuda_error, "jobs": self.jobs}, b""
 

@@ -122,3 +122,20 @@ def test_baseline_process_is_not_slowed_by_busy_threads_of_the_trusted_process()
     gpu_report.write("baseline_process", {"quiet_ms": quiet["median_ms"], "in_process_busy_ms": stalled["median_ms"],
                                           "baseline_process_busy_ms": separate["median_ms"]})
     assert separate["median_ms"] < 1.3 * quiet["median_ms"], (quiet, separate)
+
+
+def test_idle_cached_memory_goes_back_to_the_driver_beyond_the_allowance() -> None:
+    """What a worker or the trusted process does after each request (gpu_memory.py): after a 2 GiB case,
+    at most the allowance stays cached, and allocated memory is never touched."""
+    from klineage.validator.gpu_memory import release_idle_memory
+
+    keep = torch.ones(1 << 20, device="cuda")  # 4 MiB that must survive
+    big = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
+    del big
+    slack = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+    assert slack >= 2 << 30  # the caching allocator kept the freed block
+    released = release_idle_memory(torch, keep_bytes=1 << 30)
+    assert released >= 2 << 30
+    assert torch.cuda.memory_reserved() - torch.cuda.memory_allocated() <= 1 << 30
+    assert release_idle_memory(torch, keep_bytes=1 << 30) == 0  # nothing due a second time
+    assert float(keep.sum()) == float(1 << 20)
