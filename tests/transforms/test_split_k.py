@@ -135,3 +135,40 @@ def test_a_grid_written_as_a_function_of_meta_gains_the_axis_too() -> None:
     assert check(case, rw.source) <= 1.0, rw.diff
     back = OP.simplify(rw.source)
     assert back is not None and back.source == lambda_grid
+
+
+@pytest.mark.parametrize("split_k", [2, 4])
+def test_a_mask_elided_loop_reduction_is_split_and_stays_correct(split_k: int) -> None:
+    """The operators compose in either order: mask-elision's ``@triton.heuristics`` and its ``if EVEN`` branch
+    in the loop do not stop the split (they did: on the H100 the planner lost split-k's 3x on column_sum by
+    eliding masks first). Shapes even and uneven in both dims, so both branches run."""
+    elided = get_operator("mask-elision").apply(COLUMN_SUM)
+    assert elided is not None and "triton.heuristics" in elided.source
+    g = torch.Generator().manual_seed(7)
+    case = Case("column-sum-elided", elided.source,
+                lambda: [(torch.randn(m, n, generator=g),) for m, n in ((256, 256), (128, 384), (517, 129), (64, 7))],
+                lambda x: x.sum(dim=0), rtol=1e-4, atol=1e-4)
+    rw = OP.apply(elided.source, split_k=split_k)
+    assert rw is not None and OP.present(rw.source)
+    assert check(case, rw.source) <= 1.0, rw.diff
+    back = OP.simplify(rw.source)
+    assert back is not None and back.source == elided.source
+
+
+def test_a_heuristic_of_the_output_argument_or_a_one_sided_branch_is_not_split() -> None:
+    elided = get_operator("mask-elision").apply(COLUMN_SUM)
+    assert elided is not None
+    # the output argument becomes the fp32 workspace: a heuristic reading it would change meaning
+    reads_out = elided.source.replace('lambda args: args["M"]',
+                                      'lambda args: args["out_ptr"].numel() > 0 and args["M"]')
+    assert reads_out != elided.source and OP.apply(reads_out) is None
+    # a branch assigning a name only on one side: not a plain sum of independent iterations
+    one_sided = elided.source.replace(
+        "            x = tl.load(x_ptr + rows[:, None] * N + cols[None, :])\n",
+        "            x = tl.load(x_ptr + rows[:, None] * N + cols[None, :])\n            y = x\n")
+    assert one_sided != elided.source and OP.apply(one_sided) is None
+    # the accumulator updated inside the branch
+    in_branch = elided.source.replace(
+        "            x = tl.load(x_ptr + rows[:, None] * N + cols[None, :])\n",
+        "            x = tl.load(x_ptr + rows[:, None] * N + cols[None, :])\n            acc = acc + 1.0\n")
+    assert in_branch != elided.source and OP.apply(in_branch) is None

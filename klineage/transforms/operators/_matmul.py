@@ -142,16 +142,17 @@ def reduction_split(m: Module, k: Kernel) -> MatmulSplit | None:
     inits = [st for st in body[:-2] if acc in targets(st)]
     if len(inits) != 1 or not isinstance(inits[0], ast.Assign) or tl_func(inits[0].value, m.al) != "zeros":
         return None
-    if not all(isinstance(st, (ast.Assign, ast.AugAssign)) for st in loop.body):
+    flat = _flat_assignments(loop.body, acc)
+    if flat is None:
         return None
-    assigned = set().union(*(targets(st) for st in loop.body))
+    assigned = set().union(*(targets(st) for st, _ in flat))
     defined = names(loop.target, ast.Store)
     updates = 0
-    for st in loop.body:
-        read = names(st.value)  # type: ignore[attr-defined]
+    for st, condition in flat:
+        read = names(st.value) | condition  # type: ignore[attr-defined]
         if acc in targets(st):
             updates += 1
-            if not _adds_to(st, acc):
+            if not _adds_to(st, acc) or condition:
                 return None
             read = read - {acc}
         elif acc in read:
@@ -162,6 +163,30 @@ def reduction_split(m: Module, k: Kernel) -> MatmulSplit | None:
     if updates != 1 or names(store) & (assigned - {acc}):
         return None
     return MatmulSplit(k, acc, body[:-2], loop, [], [], store)
+
+
+def _flat_assignments(body: list[ast.stmt], acc: str) -> list[tuple[ast.stmt, set[str]]] | None:
+    """The loop body as plain assignments in order, each with the names its branch condition reads (empty
+    outside a branch); None when it holds anything else. An ``if``/``else`` whose two branches assign the
+    same names without touching ``acc`` (``if EVEN: x = tl.load(p) else: x = tl.load(p, mask=m)``, what
+    mask-elision writes) is read as its branches' assignments, each under the condition's names."""
+    out: list[tuple[ast.stmt, set[str]]] = []
+    for st in body:
+        if isinstance(st, (ast.Assign, ast.AugAssign)):
+            out.append((st, set()))
+            continue
+        if not (isinstance(st, ast.If) and st.orelse):
+            return None
+        branches = (st.body, st.orelse)
+        if not all(isinstance(b, ast.Assign) for branch in branches for b in branch):
+            return None
+        made = [set().union(*(targets(b) for b in branch)) for branch in branches]
+        if made[0] != made[1] or acc in made[0]:
+            return None
+        condition = names(st.test)
+        # one branch's assignments stand for both: the other only differs in how it computes the same names
+        out.extend((b, condition) for branch in branches for b in branch)
+    return out
 
 
 def _adds_to(st: ast.stmt, acc: str) -> bool:

@@ -74,6 +74,13 @@ def _out_param(m: Module, k: Kernel, store: ast.Call) -> str | None:
     return out
 
 
+def _reads_argument(heuristics: ast.Call, name: str) -> bool:
+    """Whether a ``@triton.heuristics`` decorator may read the launch argument ``name`` (its name appears as a
+    string anywhere in the decorator, e.g. ``args["out_ptr"]``). The loop is split into whole steps
+    (``range(pid_k * S, stop, S * SPLIT)``), so heuristics of the loop's bounds and steps stay true."""
+    return any(isinstance(n, ast.Constant) and n.value == name for n in ast.walk(heuristics))
+
+
 def _is_pointer(k: Kernel, name: str) -> bool:
     """A parameter used as the left operand of ``+`` (a pointer base) and never compared."""
     added = any(
@@ -152,7 +159,7 @@ class SplitK(Operator):
     def _candidate(self, m: Module, k: Kernel) -> SplitCandidate | None:
         """A matmul kernel or loop reduction ``apply`` can split: one reduction loop from 0, no epilogue, one
         launch with a plain tuple grid of its own, the output a fresh torch tensor."""
-        if k.autotune is not None or k.heuristics is not None:
+        if k.autotune is not None:
             return None
         sp = split_kernel(m, k) or reduction_split(m, k)
         if sp is None or sp.epilogue or not isinstance(sp.loop, ast.For):
@@ -169,6 +176,8 @@ class SplitK(Operator):
         lts = m.launches_of(k)
         if out is None or len(lts) != 1:
             return None
+        if k.heuristics is not None and _reads_argument(k.heuristics, out):
+            return None  # the output argument becomes the fp32 workspace: a heuristic of it would change meaning
         la = lts[0]
         gt = grid_tuple(m, la)
         if launch_stmt(m, la) is None or gt is None or len(gt[0].elts) > 2:  # type: ignore[attr-defined]
