@@ -14,6 +14,7 @@ from typing import Any
 
 from klineage.agent.lineages import LineageStep
 from klineage.transforms.portable import OPERATOR_KEYS, portable_params
+from klineage.transforms.registry import get_operator
 
 
 def step_parameters(step: LineageStep) -> dict[str, Any]:
@@ -25,7 +26,11 @@ def step_parameters(step: LineageStep) -> dict[str, Any]:
     its largest literal was right for the expert's widest tile only, so it is not carried and the
     operator's own tile-scaled default applies. (Seen on the H100: a row expert's 16 warps, put
     on a GELU·mul whose program covers 512 elements, cost 35 %.)"""
-    keys = OPERATOR_KEYS.get(step.operator, ())
+    declared = {p.name for p in get_operator(step.operator).params}
+    # only what ``apply`` takes: eviction-hints' portable description (``eviction_policies``) is no parameter of
+    # it, and carrying it made every eviction-hints lineage step fail to materialize (a TypeError the planner
+    # reads as "does not apply")
+    keys = tuple(k for k in OPERATOR_KEYS.get(step.operator, ()) if k in declared)
     if not keys or not step.expert_source or not step.simplified_source:
         return {}
     try:

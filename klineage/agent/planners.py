@@ -35,7 +35,7 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from klineage.agent.lineages import LineageStep, LineageSummary, load_lineages
-from klineage.agent.moves import Move, MoveStep, composite, single
+from klineage.agent.moves import Move, MoveStep, apply_step, composite, single
 from klineage.agent.parameters import config_neighborhood, fit_to_grid, step_parameters
 from klineage.agent.problem import Problem
 from klineage.agent.state import AgentState
@@ -247,7 +247,7 @@ class LineagePlanner:
             config = self._config_move(lineage, config_steps, facts, hits, state.problem)
             if config is not None:
                 moves.append(config)
-            candidates = [(step, self._step_move(lineage, step, facts, hits)) for step in forward
+            candidates = [(step, self._step_move(lineage, step, facts, hits, state.source)) for step in forward
                           if not (step.operator in LAUNCH_CONFIGURATION and config is not None)]
             singles = [(step, move) for step, move in candidates if move is not None]
             for i, (step, move) in enumerate(singles):
@@ -304,16 +304,22 @@ class LineagePlanner:
         return None
 
     def _step_move(self, lineage: LineageSummary, step: LineageStep, facts: KernelFacts,
-                   hits: dict[str, SkillHit]) -> Move | None:
+                   hits: dict[str, SkillHit], source: str) -> Move | None:
+        """The lineage step as a move on ``source``: with the expert's portable values, or the operator's
+        defaults where those values do not fit this kernel (as the memory baseline does); None when the
+        operator cannot be applied at all."""
         if self._blocked(step.operator, facts, hits) is not None:
             return None
         params = step_parameters(step)
+        fits = not params or apply_step(source, MoveStep(step.operator, params)) is not None
+        if not fits:
+            params = {}
         if not params and facts.state(step.operator) != APPLICABLE:
             return None
         gain = step.gain
+        why = f"{lineage.workload}'s expert gained {gain:.2f}x from it" if gain else "lineage step"
         return single(step.operator, params, origin=f"lineage {lineage.workload} step {step.index}",
-                      expected_gain=gain,
-                      why=f"{lineage.workload}'s expert gained {gain:.2f}x from it" if gain else "lineage step")
+                      expected_gain=gain, why=why if fits else f"{why}; its values do not fit here: the defaults")
 
     def _config_move(self, lineage: LineageSummary, steps: list[LineageStep], facts: KernelFacts,
                      hits: dict[str, SkillHit], problem: Problem) -> Move | None:

@@ -269,3 +269,18 @@ def test_split_k_is_still_offered_after_mask_elision_on_a_column_sum(kb: Knowled
     assert elided is not None
     ops = [m.operators for m in _plan(kb, "column_sum", elided)]
     assert ("split-k",) in ops
+
+
+def test_every_lineage_steps_parameters_are_ones_its_operator_takes(kb: KnowledgeBase) -> None:
+    """A parameter ``apply`` does not declare makes the move fail to materialize, silently (the planner reads
+    the TypeError as "does not apply"): eviction-hints' portable description did so to every lineage step."""
+    from klineage.transforms.registry import get_operator
+
+    steps = [s for lin in load_lineages(kb) for s in lin.forward()]
+    assert any(s.operator == "eviction-hints" for s in steps)
+    for step in steps:
+        declared = {p.name for p in get_operator(step.operator).params}
+        assert set(step_parameters(step)) <= declared, step.operator
+    problem = load_problem(None, ROOT / "heldout" / "decode_attention")
+    planned = [m for m in _plan(kb, "decode_attention") if m.operators == ("eviction-hints",)]
+    assert planned and all(materialize(problem.source, m) is not None for m in planned)
