@@ -55,6 +55,8 @@ from klineage.transforms.registry import LAUNCH_CONFIGURATION, get_operator, ope
 #: started from): one tile in every config throws away the list the set was chosen for. A re-tune changes the
 #: list instead; the register cap, which adds a limit to each config, stays.
 CONFIG_VALUES = frozenset(LAUNCH_CONFIGURATION) - {"autotune", "register-cap"}
+#: The origin of the operators the klineage planner adds, as *none* would try them, after all it proposes.
+AFTER_THE_PLAN = "fixed order, after the plan"
 #: Static features that say what kind of kernel it is (compared to find the nearest lineage).
 SHAPE_OF_KERNEL = ("has_dot", "has_k_loop", "row_reduction", "online_softmax", "elementwise", "causal_skip",
                    "uses_mask", "single_pass_row", "multi_row")
@@ -273,9 +275,17 @@ class LineagePlanner:
                    for op in operator_ids()
                    if op not in self.skilled_operators() and facts.state(op) == APPLICABLE]
         planned = [*moves, *unknown, *demoted]
+        # every other operator, as *none* would try it, after all the knowledge base proposes: a call left
+        # unused is a call lost (on the H100 the plan ran out at call 6 of 10 on decode_attention), but not
+        # an operator whose skill's VALID_WHEN fails here
+        offered = {op for m in planned for op in m.operators}
+        rest = [single(op, origin=AFTER_THE_PLAN, why="the knowledge base proposes nothing more")
+                for op in operator_ids() if op not in offered and self._blocked(op, facts, hits) is None
+                and apply_step(state.source, MoveStep(op, {})) is not None]
+        planned = [*planned, *([retune] if retune else []), *rest]
         if tuned:  # its tiles, warps and stages are its config list's now: only a re-tune changes them
             planned = [m for m in planned if not set(m.operators) <= CONFIG_VALUES]
-        return _filter(state, [*_compile_retries(state), *planned, *([retune] if retune else [])])
+        return _filter(state, [*_compile_retries(state), *planned])
 
     def _unprofitable(self, hit: SkillHit | None, contexts: Sequence[dict[str, Any]]) -> bool:
         """True when the knowledge base predicts no gain from the skill's rules and trials

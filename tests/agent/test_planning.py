@@ -11,7 +11,7 @@ from klineage.agent import load_problem, make_planner
 from klineage.agent.lineages import load_lineages
 from klineage.agent.moves import UNDER_AUTOTUNE, MoveStep, apply_step, composite, materialize
 from klineage.agent.parameters import step_parameters
-from klineage.agent.planners import CONFIG_VALUES, LineagePlanner, nearest_lineages, retune_move
+from klineage.agent.planners import AFTER_THE_PLAN, CONFIG_VALUES, LineagePlanner, nearest_lineages, retune_move
 from klineage.agent.state import AgentState
 from klineage.kb.service import KnowledgeBase
 from klineage.transforms.registry import LAUNCH_CONFIGURATION, get_operator
@@ -160,7 +160,7 @@ def test_an_autotuned_kernel_is_offered_a_retune_around_its_own_configs_last(kb:
     source = (ROOT / "heldout" / "bmm" / "naive.py").read_text()
     tuned = get_operator("autotune").apply(source, configs=configs)
     assert tuned is not None
-    moves = [m for m in _plan(kb, "bmm", tuned.source) if m.origin != "no skill yet"]
+    moves = [m for m in _plan(kb, "bmm", tuned.source) if m.origin not in ("no skill yet", AFTER_THE_PLAN)]
     assert moves[-1].label == "re-tune"  # the last of what the knowledge base proposes
     simplify, apply = moves[-1].steps
     assert (simplify.operator, simplify.action, apply.operator, apply.action) == (
@@ -284,3 +284,16 @@ def test_every_lineage_steps_parameters_are_ones_its_operator_takes(kb: Knowledg
     problem = load_problem(None, ROOT / "heldout" / "decode_attention")
     planned = [m for m in _plan(kb, "decode_attention") if m.operators == ("eviction-hints",)]
     assert planned and all(materialize(problem.source, m) is not None for m in planned)
+
+
+def test_after_all_it_proposes_the_planner_offers_every_other_operator_that_applies(kb: KnowledgeBase) -> None:
+    """A call left unused is lost: once the knowledge base's moves are spent, the operators *none* would
+    try (with their defaults, each materializing on the kernel) follow, after the re-tune."""
+    source = load_problem(None, ROOT / "heldout" / "decode_attention").source
+    moves = _plan(kb, "decode_attention", source)
+    origins = [m.origin for m in moves]
+    rest = [m for m in moves if m.origin == AFTER_THE_PLAN]
+    assert rest and origins.index(AFTER_THE_PLAN) > max(i for i, o in enumerate(origins) if o != AFTER_THE_PLAN)
+    assert all(materialize(source, m) is not None for m in rest)
+    informed = {op for m in moves if m.origin != AFTER_THE_PLAN for op in m.operators}
+    assert not informed & {op for m in rest for op in m.operators}
