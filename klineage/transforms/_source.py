@@ -191,8 +191,15 @@ def param_spans(src: Src, func: ast.FunctionDef) -> list[tuple[int, int]]:
 
 
 def add_param(src: Src, func: ast.FunctionDef, text: str) -> Edit:
-    """Edit appending a parameter (e.g. ``"GROUP_SIZE_M: tl.constexpr = 8"``) to a function signature."""
+    """Edit appending a parameter (e.g. ``"GROUP_SIZE_M: tl.constexpr = 8"``) to a function signature. A
+    parameter without a default goes before the first one with a default (after them it would not parse:
+    mask-elision's flag after grouped-order's ``GROUP_SIZE_M: tl.constexpr = 8``); launches pass such
+    constexprs by keyword or leave them to the default, so no positional argument moves."""
     spans = param_spans(src, func)
+    defaulted = len(func.args.defaults)
+    if defaulted and "=" not in text:
+        start = spans[len(spans) - defaulted][0]
+        return Edit(start, start, f"{text}, ")
     after = spans[-1][1] if spans else src.offset(func.lineno, func.col_offset)
     if not spans:
         after = src.text.index("(", after) + 1
