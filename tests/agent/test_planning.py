@@ -297,3 +297,21 @@ def test_after_all_it_proposes_the_planner_offers_every_other_operator_that_appl
     assert all(materialize(source, m) is not None for m in rest)
     informed = {op for m in moves if m.origin != AFTER_THE_PLAN for op in m.operators}
     assert not informed & {op for m in rest for op in m.operators}
+
+
+def test_a_config_set_that_sets_no_tile_of_the_kernel_is_crossed_with_its_own_tiles(kb: KnowledgeBase) -> None:
+    """The attention expert's tiles have no role on a decode kernel without tl.dot: its config set alone moved
+    only warps and stages around the kernel's current key block. Crossed with the kernel's own tile variants
+    (current, doubled, halved), one call also tries other key blocks; a matmul's set, which maps its tiles,
+    is left as the expert's."""
+    from klineage.agent.planners import autotune_configs
+
+    problem = load_problem(None, ROOT / "heldout" / "decode_attention")
+    config = next(m for m in _plan(kb, "decode_attention") if m.label == "launch config set")
+    made = materialize(problem.source, config)
+    assert made is not None
+    configs = autotune_configs(made.source)
+    assert configs and {c["BLOCK_N"] for c in configs} == {32, 64, 128}
+    assert len({(c["num_warps"], c["num_stages"]) for c in configs}) > 1
+    bmm = next(m for m in _plan(kb, "bmm") if m.label == "launch config set")
+    assert "crossed" not in bmm.why
