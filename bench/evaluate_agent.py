@@ -307,6 +307,11 @@ def _print_tables(latest: dict[tuple[str, str], dict[str, Any]], names: list[str
               "passed every gate) |")
 
 
+def _agent_of(row: dict[str, Any]) -> str:
+    """The agent version (``agent_version``) a result row was made by; "" for rows without one."""
+    return str((row.get("options") or {}).get("agent") or "")
+
+
 def table(args: argparse.Namespace) -> int:
     """Print the per-instance table and the summary by method; write the plots.
 
@@ -314,9 +319,17 @@ def table(args: argparse.Namespace) -> int:
     measured, and re-based on ``vendor_floor`` (their own vendor timings were not trustworthy); the plots
     use the re-based figures for them."""
     rows = [json.loads(line) for line in args.results.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if args.agent:
+        wanted = _agent_of(rows[-1]) if args.agent == "last" and rows else args.agent
+        rows = [r for r in rows if _agent_of(r).startswith(wanted)]
+        if not rows:
+            raise SystemExit(f"--agent {args.agent}: no row of {args.results} was made by that agent version")
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
         latest[(r["instance"], r["method"])] = r
+    versions = sorted({_agent_of(r)[:12] for r in latest.values()})
+    print(f"Rows of {len(versions)} agent version(s) ({', '.join(versions)}): the latest row of each instance x "
+          "method" + ("; `--agent last` keeps only the newest version's" if len(versions) > 1 else "") + ".\n")
     names = sorted({k[0] for k in latest})
     methods = [m for m in METHODS if any(k[1] == m for k in latest)]
     old = [r for r in latest.values() if int((r.get("options") or {}).get("timing_method", 1)) < 2]
@@ -428,6 +441,9 @@ def main() -> int:
     t = sub.add_parser("table", help="the table and the plots from the results")
     t.add_argument("--results", type=Path, default=RESULTS)
     t.add_argument("--no-plots", action="store_true")
+    t.add_argument("--agent", default=None,
+                   help="only rows of this agent version (a prefix of options.agent), or 'last' for the version "
+                        "of the newest row: a table of one agent's code")
     args = parser.parse_args()
     return {"prepare": prepare, "run": run, "table": table}[args.step](args)
 

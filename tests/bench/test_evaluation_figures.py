@@ -130,3 +130,26 @@ def test_the_default_instance_order_takes_each_family_in_turn() -> None:
     assert [p.name for p in evaluation.instances("rmsnorm,bmm")] == ["rmsnorm", "bmm"]
     with pytest.raises(SystemExit, match="nope"):
         evaluation.instances("rmsnorm,nope")
+
+
+def test_the_table_keeps_one_agent_versions_rows_when_asked(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    import argparse
+    import json
+
+    def row(instance: str, method: str, agent: str, speedup: float) -> dict:
+        return {"instance": instance, "family": "f", "method": method, "options": {"agent": agent, "timing_method": 2},
+                "start": {"speedup": 0.5}, "best": {"speedup": speedup}, "calls_used": 1, "calls_wasted": 0,
+                "calls_to_95pct": 1, "best_so_far": [speedup], "trajectory": []}
+
+    results = tmp_path / "rows.jsonl"
+    rows = [row("a", "none", "old0", 2.0), row("a", "klineage", "old0", 1.0), row("b", "none", "new1", 3.0),
+            row("b", "klineage", "new1", 4.0)]
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    evaluation.table(argparse.Namespace(results=results, no_plots=True, agent=None))
+    mixed = capsys.readouterr().out
+    assert "2 agent version(s)" in mixed and "| a |" in mixed
+    evaluation.table(argparse.Namespace(results=results, no_plots=True, agent="last"))
+    newest = capsys.readouterr().out
+    assert "1 agent version(s) (new1)" in newest and "| a |" not in newest and "| b |" in newest
+    with pytest.raises(SystemExit, match="no row"):
+        evaluation.table(argparse.Namespace(results=results, no_plots=True, agent="zzz"))
