@@ -9,10 +9,13 @@ budget; only the planner differs:
   steps in naive → expert order with the expert's values in role terms; launch-configuration steps
   (tiles, warps, stages, autotune) go together as one autotune config set, because they were measured
   together (a larger tile alone lost on the held-out matmuls), and once the kernel is autotuned none of them
-  is offered alone (``CONFIG_VALUES``); skills whose VALID_WHEN fails are never
-  proposed and those whose PROFITABLE_WHEN fails go last. Operators no lineage used (so no skill yet) that
-  apply to the kernel come, with their defaults, after the moves expected to pay and before those expected
-  not to: what the knowledge base knows nothing about ranks above what it predicts will lose.
+  is offered alone (``CONFIG_VALUES``); a config set that sets none of the kernel's tiles is crossed with
+  the kernel's own tile variants (``with_own_tiles``); skills whose VALID_WHEN fails are never proposed,
+  and those whose PROFITABLE_WHEN fails or whose measured gain is within noise (``expects_no_gain``) go
+  last. Operators no lineage used (so no skill yet) that apply to the kernel come, with their defaults,
+  after the moves expected to pay and before those expected not to: what the knowledge base knows nothing
+  about ranks above what it predicts will not pay. After everything, a re-tune of an autotuned kernel, then
+  every other operator that materializes (``AFTER_THE_PLAN``): a call left unused is a call lost.
 * ``MemoryPlanner`` (*memory*, the AdaExplore / ReasoningBank style): the trajectories of the lineages
   nearest by embedding similarity of kernel and problem text only, replayed with the parameters the
   trajectory recorded (the operators' defaults where those do not fit), and their failure rules; no
