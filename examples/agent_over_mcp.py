@@ -20,7 +20,6 @@ from typing import Any
 
 from klineage.agent.moves import MoveStep, apply_step
 from klineage.mcp.connect import call, http_client, stdio_client
-from klineage.schema.records import skill_id
 
 
 def edit(source: str, steps: list[dict[str, Any]]) -> str | None:
@@ -53,7 +52,9 @@ async def optimize(client: Any, source: str, workload: str, budget: int) -> dict
             outcome = ("improved" if kept else "no-gain") if result["verdict"] == "pass" else \
                 f"fail-{result['failedGate']}"
             for step in move["steps"]:
-                await call(c, "record_application", skill_id=skill_id(step["operator"]), kernel_source=candidate,
+                if step["skillId"] is None:
+                    continue  # an operator the knowledge base holds no skill of: nothing to record against
+                await call(c, "record_application", skill_id=step["skillId"], kernel_source=candidate,
                            outcome=outcome, speedup=relative, gate_result=result["gateResult"],
                            context=plan["context"])
             trajectory.append({"move": move["label"], "verdict": result["verdict"], "speedup": result["speedup"],

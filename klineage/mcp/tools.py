@@ -44,6 +44,7 @@ from klineage.mcp.views import (
 from klineage.schema.errors import KLineageError
 from klineage.schema.gate_result import GATES, GateResult
 from klineage.schema.lineage_records import LineageDetail
+from klineage.schema.records import skill_id as skill_id_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKLOADS_ENV = "KLINEAGE_WORKLOADS"
@@ -243,12 +244,14 @@ class KLineageTools:
         if arch is not None and (isinstance(arch, bool) or not isinstance(arch, int) or not 0 < arch < 1000):
             raise ToolInputError(f"arch: expected a compute capability such as 90, got {clip(repr(arch), 40)}")
         problem = self.problem(kernel_source, workload)
+        planner = LineagePlanner(self.kb)
         try:
-            moves = LineagePlanner(self.kb).plan(AgentState(problem, problem.source, arch=arch))
+            moves = planner.plan(AgentState(problem, problem.source, arch=arch))
         except ValueError as exc:
             raise ToolInputError(str(exc)) from exc
+        skilled = planner.skilled_operators()
         return {"workload": problem.name, "family": problem.family, "context": problem.search_context(arch),
-                "moves": [_move_view(m) for m in moves[:limit]], "total": len(moves)}
+                "moves": [_move_view(m, skilled) for m in moves[:limit]], "total": len(moves)}
 
     # --------------------------------------------------------------------------------- validation
 
@@ -335,6 +338,9 @@ def gate_result_view(result: GateResult) -> dict[str, Any]:
             "speedup": speedup, "gateResult": result.to_dict()}
 
 
-def _move_view(move: Any) -> dict[str, Any]:
-    return {"label": move.label, "steps": [s.to_dict() for s in move.steps], "origin": move.origin,
-            "expectedGain": move.expected_gain, "why": clip(move.why)}
+def _move_view(move: Any, skilled: frozenset[str]) -> dict[str, Any]:
+    """A planned move for MCP clients; each step names the skill to record its use against (``skillId``), or
+    null for an operator the knowledge base holds no skill of (the plan also offers those)."""
+    steps = [{**s.to_dict(), "skillId": skill_id_of(s.operator) if s.operator in skilled else None} for s in move.steps]
+    return {"label": move.label, "steps": steps, "origin": move.origin, "expectedGain": move.expected_gain,
+            "why": clip(move.why)}

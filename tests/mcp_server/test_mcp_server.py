@@ -123,6 +123,10 @@ def test_every_tool_resource_and_prompt(connect: Callable[[], Client], kb_dir: P
     expected = LineagePlanner(kb).plan(AgentState(problem, problem.source))
     assert [m["label"] for m in out["plan"]["moves"]] == [m.label for m in expected][:10]
     assert all({"label", "steps", "origin", "expectedGain", "why"} <= set(m) for m in out["plan"]["moves"])
+    skilled = {s.operator: s.id for s in kb.skills(first=1000).items}
+    steps = [s for m in out["plan"]["moves"] for s in m["steps"]]
+    assert all(s["skillId"] == skilled.get(s["operator"]) for s in steps)  # null: no skill to record against
+    assert any(s["skillId"] is None for s in steps) and any(s["skillId"] for s in steps)
     assert "plan_optimization" in out["prompt"] and "scaled_softmax" in out["prompt"]
     assert out["record"]["application"]["verified"] is False
     assert out["after"]["skill"]["usage"].startswith("applied ") and "paid 0 times" in out["after"]["skill"]["usage"]
