@@ -228,9 +228,9 @@ def with_own_tiles(source: str, move: Move) -> Move:
     (current, doubled, halved), at most ``MAX_CONFIGS``; the move itself otherwise. Without the tiles the
     set only moved warps and stages around the kernel's current tile (on the H100 decode_attention the
     expert set reached 0.27x vendor, the default autotune 0.32x)."""
-    (step,) = move.steps if len(move.steps) == 1 else (None,)
-    if step is None or step.operator != "autotune" or not step.params.get("configs"):
+    if len(move.steps) != 1 or move.steps[0].operator != "autotune" or not move.steps[0].params.get("configs"):
         return move
+    step = move.steps[0]
     made = materialize(source, move)
     defaults = apply_step(source, MoveStep("autotune", {}))
     planned = autotune_configs(made.source) if made is not None else None
