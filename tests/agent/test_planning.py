@@ -315,3 +315,17 @@ def test_a_config_set_that_sets_no_tile_of_the_kernel_is_crossed_with_its_own_ti
     assert len({(c["num_warps"], c["num_stages"]) for c in configs}) > 1
     bmm = next(m for m in _plan(kb, "bmm") if m.label == "launch config set")
     assert "crossed" not in bmm.why
+
+
+def test_every_move_planned_for_a_held_out_kernel_materializes(kb: KnowledgeBase) -> None:
+    """The loop skips a move that does not materialize without a word: a planned move the kernel cannot take is
+    a silent loss (every eviction-hints lineage step was one). On every held-out naive kernel, each move of the
+    plan changes the code."""
+    planner = LineagePlanner(kb)
+    silent = []
+    for folder in sorted(p for p in (ROOT / "heldout").iterdir() if (p / "manifest.toml").exists()):
+        problem = load_problem(None, folder)
+        for move in planner.plan(AgentState(problem, problem.source, arch=90)):
+            if materialize(problem.source, move) is None:
+                silent.append(f"{folder.name}: {move.label} ({move.origin})")
+    assert not silent, silent
