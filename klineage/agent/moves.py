@@ -105,6 +105,15 @@ def apply_step(source: str, step: MoveStep) -> str | None:
     return rewrite.source if rewrite is not None else None
 
 
+def fitting_step(source: str, operator: str, params: Mapping[str, Any]) -> tuple[MoveStep, bool]:
+    """The step of ``operator`` with ``params`` when it applies to ``source``, else with the operator's
+    defaults; and whether ``params`` fit (True when there are none)."""
+    given = MoveStep(operator, dict(params))
+    if not params or apply_step(source, given) is not None:
+        return given, True
+    return MoveStep(operator, {}), False
+
+
 def materialize(source: str, move: Move) -> Materialized | None:
     """Apply every step of ``move`` in order; None when no step changed the source. A step made under
     autotune is recorded with the action ``UNDER_AUTOTUNE``."""

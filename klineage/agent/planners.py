@@ -38,7 +38,7 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from klineage.agent.lineages import LineageStep, LineageSummary, load_lineages
-from klineage.agent.moves import Move, MoveStep, apply_step, composite, materialize, single
+from klineage.agent.moves import Move, MoveStep, apply_step, composite, fitting_step, materialize, single
 from klineage.agent.parameters import MAX_CONFIGS, config_neighborhood, fit_to_grid, step_parameters
 from klineage.agent.problem import Problem
 from klineage.agent.state import AgentState
@@ -187,7 +187,7 @@ def paying_pair(lineage: LineageSummary, pair: Sequence[tuple[LineageStep, Move]
                          f"{second.operator} after it the pair gained {gain:.2f}x")
 
 
-def autotune_configs(source: str) -> list[dict[str, Any]] | None:
+def literal_configs(source: str) -> list[dict[str, Any]] | None:
     """The configurations of a kernel autotuned by one literal config list, by parameter name
     (``{"BLOCK_N": 64, "num_warps": 8}``); None when the source has no such kernel."""
     simplified = get_operator("autotune").simplify(source)
@@ -208,7 +208,7 @@ def retune_move(source: str) -> Move | None:
     neighbourhood of its own configurations (``config_neighborhood``). None when the kernel is not
     autotuned by one literal config list, or the neighbourhood adds nothing. Offered last: the autotuner
     already re-picks among today's configs after every change, so only new configs can pay."""
-    configs = autotune_configs(source)
+    configs = literal_configs(source)
     if not configs:
         return None
     around = config_neighborhood(configs)
@@ -233,8 +233,8 @@ def with_own_tiles(source: str, move: Move) -> Move:
     step = move.steps[0]
     made = materialize(source, move)
     defaults = apply_step(source, MoveStep("autotune", {}))
-    planned = autotune_configs(made.source) if made is not None else None
-    own = autotune_configs(defaults) if defaults is not None else None
+    planned = literal_configs(made.source) if made is not None else None
+    own = literal_configs(defaults) if defaults is not None else None
     if not planned or not own:
         return move
     tiles = [{n: v for n, v in c.items() if n not in META_PARAMS} for c in own]
@@ -366,15 +366,12 @@ class LineagePlanner:
         operator cannot be applied at all."""
         if self._blocked(step.operator, facts, hits) is not None:
             return None
-        params = step_parameters(step)
-        fits = not params or apply_step(source, MoveStep(step.operator, params)) is not None
-        if not fits:
-            params = {}
-        if not params and facts.state(step.operator) != APPLICABLE:
+        use, fits = fitting_step(source, step.operator, step_parameters(step))
+        if not use.params and facts.state(step.operator) != APPLICABLE:
             return None
         gain = step.gain
         why = f"{lineage.workload}'s expert gained {gain:.2f}x from it" if gain else "lineage step"
-        return single(step.operator, params, origin=f"lineage {lineage.workload} step {step.index}",
+        return single(step.operator, use.params, origin=f"lineage {lineage.workload} step {step.index}",
                       expected_gain=gain, why=why if fits else f"{why}; its values do not fit here: the defaults")
 
     def _config_move(self, lineage: LineageSummary, steps: list[LineageStep], facts: KernelFacts,
@@ -442,7 +439,6 @@ class MemoryPlanner:
 
     def plan(self, state: AgentState) -> list[Move]:
         """The two most similar trajectories' steps, naive → expert, minus their failure rules."""
-        from klineage.agent.moves import apply_step
 
         ranked = self.ranked(state)[:2]
         forbidden = {s.operator for lin in ranked for s in lin.failures()}
@@ -451,10 +447,9 @@ class MemoryPlanner:
             for step in lin.forward():
                 if step.operator in forbidden:
                     continue
-                recorded = MoveStep(step.operator, dict(step.params))
-                use = recorded if apply_step(state.source, recorded) is not None else MoveStep(step.operator, {})
+                use, fits = fitting_step(state.source, step.operator, step.params)
                 moves.append(Move(step.operator, (use,), f"memory: {lin.workload} step {step.index}", step.gain,
-                                  "recorded parameters" if use is recorded else "recorded parameters do not fit; "
+                                  "recorded parameters" if fits else "recorded parameters do not fit; "
                                   "the operator's defaults"))
         return _filter(state, [*_compile_retries(state), *moves])
 

@@ -145,11 +145,11 @@ class Server:
                 reply, blob = {"ok": False, "error": one_line(exc), "error_type": type(exc).__name__}, b""
             # where a job's time goes (diagnostic only: the trusted side never decides on it)
             reply["busy_s"] = round(time.perf_counter() - began, 6)
+            if self.on_gpu:  # before the reply, so inside the trusted side's hold of the device: other jobs'
+                release_idle_memory(self.torch)  # processes may need what this one has cached
             send_message(self.sock, reply, blob)
             if op == "quit":
                 return 0
-            if self.on_gpu:  # off the reply's path: other jobs' processes may need what this one has cached
-                release_idle_memory(self.torch)
 
     def op_quit(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         return {"ok": True}, b""

@@ -304,13 +304,13 @@ def test_a_config_set_that_sets_no_tile_of_the_kernel_is_crossed_with_its_own_ti
     only warps and stages around the kernel's current key block. Crossed with the kernel's own tile variants
     (current, doubled, halved), one call also tries other key blocks; a matmul's set, which maps its tiles,
     is left as the expert's."""
-    from klineage.agent.planners import autotune_configs
+    from klineage.agent.planners import literal_configs
 
     problem = load_problem(None, ROOT / "heldout" / "decode_attention")
     config = next(m for m in _plan(kb, "decode_attention") if m.label == "launch config set")
     made = materialize(problem.source, config)
     assert made is not None
-    configs = autotune_configs(made.source)
+    configs = literal_configs(made.source)
     assert configs and {c["BLOCK_N"] for c in configs} == {32, 64, 128}
     assert len({(c["num_warps"], c["num_stages"]) for c in configs}) > 1
     bmm = next(m for m in _plan(kb, "bmm") if m.label == "launch config set")
