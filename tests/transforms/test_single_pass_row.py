@@ -78,6 +78,25 @@ def test_single_pass_row_on_heldout_log_softmax() -> None:
         assert check(case, rw.source) <= 1.0, limit
 
 
+def test_single_pass_row_after_mask_elision() -> None:
+    """A looped kernel whose loads branch on mask elision's divisibility flag still gets its single-pass
+    copy (loaded with the mask: one block of next_power_of_2(n_cols) rarely divides the row); the looped
+    kernel keeps its flag, and simplify gives the mask-elided kernel back."""
+    case = _workload_case(ROOT / "heldout" / "log_softmax", "naive.py", [{"rows": 3, "cols": 300}])
+    elided = get_operator("mask-elision").apply(case.source)
+    assert elided is not None and "EVEN_N_COLS" in elided.source
+    assert [a.kind for a in OP.detect(elided.source)] == ["applicable"]
+    for limit in (8192, 128):  # 300 columns: the single-pass kernel, then the looped one
+        rw = OP.apply(elided.source, max_cols=limit)
+        assert rw is not None and OP.present(rw.source)
+        single = next(f for f in ast.parse(rw.source).body
+                      if isinstance(f, ast.FunctionDef) and f.name.endswith("single_pass_kernel"))
+        assert "EVEN_N_COLS" not in ast.unparse(single) and _loads_of(rw.source, single.name) == 1
+        assert rw.source.count("EVEN_N_COLS") == elided.source.count("EVEN_N_COLS")
+        assert check(case, rw.source) <= 1.0, limit
+        assert OP.simplify(rw.source).source == elided.source
+
+
 @pytest.mark.parametrize(("workload", "shape"), [
     ("softmax", {"rows": 2, "cols": 40000}),  # wider than SINGLE_PASS_MAX: the expert's online kernel
     ("layernorm", {"rows": 2, "cols": 20000}),  # wider than SINGLE_PASS_MAX: the chunked kernel

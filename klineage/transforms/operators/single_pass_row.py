@@ -15,7 +15,7 @@ import ast
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from klineage.transforms._module import Module
+from klineage.transforms._module import Module, parse
 from klineage.transforms._source import Edit, Src, apply_edits, int_const, reindent, shifted_edit
 from klineage.transforms._triton import (
     REDUCTIONS,
@@ -30,8 +30,15 @@ from klineage.transforms._triton import (
 )
 from klineage.transforms.operator import Anchor, Operator, Param, Rewrite
 from klineage.transforms.operators._common import anchor
-from klineage.transforms.operators._single_pass import Dispatch, dispatches, looped_kernels, single_pass_kernel
+from klineage.transforms.operators._single_pass import (
+    Dispatch,
+    Looped,
+    dispatches,
+    looped_kernels,
+    single_pass_kernel,
+)
 from klineage.transforms.operators._statements import all_names
+from klineage.transforms.operators.mask_elision import MaskElision
 
 
 def _whole_lines(src: Src, stmt: ast.stmt, comments: bool = True) -> tuple[int, int]:
@@ -61,6 +68,21 @@ def _whole_row_kernels(m: Module) -> list[Kernel]:
         if is_row_reduction(k, m.al) and not _reduces_across_columns_of_a_2d_tile(m, k)
         and not any("load" in tl_names(loop, m.al) for loop in loops(k.node))
     ]
+
+
+def _looped_through_mask_elision(m: Module) -> tuple[Module, list[Looped]]:
+    """The column-looped row kernels of ``m``, and the module they were read from. A kernel whose loads
+    branch on a divisibility flag (mask elision: ``if EVEN_N: unmasked else: masked``) is read in its
+    masked form: the single-pass copy holds the row in one block of ``next_power_of_2(n_cols)``, which a
+    row rarely fills, so its load keeps the mask; the looped kernel keeps its flag."""
+    found = looped_kernels(m)
+    if found:
+        return m, found
+    masked = MaskElision().simplify(m.src.text)
+    plain = None if masked is None else parse(masked.source)
+    if plain is None:
+        return m, []
+    return plain, looped_kernels(plain)
 
 
 class SinglePassRow(Operator):
@@ -104,9 +126,14 @@ class SinglePassRow(Operator):
         for k in _whole_row_kernels(m):
             if k.name not in dispatched:
                 out.append(anchor("present", k.node, f"{k.name}: the whole row in one tile (no column loop)", k))
-        for lp in looped_kernels(m):
+        read_from, looped = _looped_through_mask_elision(m)
+        for lp in looped:
+            first, last = lp.loops[0].lineno, lp.loops[-1].end_lineno or lp.loops[-1].lineno
+            if read_from is not m:  # lines of the masked form: anchor the kernel of m instead
+                kernel = next(k for k in m.kernels if k.name == lp.kernel.name)
+                first, last = kernel.node.lineno, kernel.node.end_lineno or kernel.node.lineno
             out.append(Anchor(
-                "applicable", lp.loops[0].lineno, lp.loops[-1].end_lineno or lp.loops[-1].lineno,
+                "applicable", first, last,
                 f"{lp.kernel.name}: {len(lp.loops)} loop(s) over the columns in blocks of {lp.block}",
                 lp.kernel.name,
             ))
@@ -206,17 +233,24 @@ class SinglePassRow(Operator):
         limit = int(self.default_params["max_cols"] if max_cols is None else max_cols)
         if limit < 1:
             raise ValueError(f"{self.id}.apply: max_cols must be positive, got {limit}")
-        found = looped_kernels(m)
+        read_from, found = _looped_through_mask_elision(m)
         if not found:
             return None
         lp = found[0]
-        k, la = lp.kernel, lp.launch
+        k = next(k for k in m.kernels if k.name == lp.kernel.name)
+        launches = m.launches_of(k)
+        if len(launches) != 1:
+            return None
+        la = launches[0]
+        dropped = {p.name for p in k.params} - {p.name for p in lp.kernel.params}
+        if any(kw.arg in dropped for kw in la.call.keywords):
+            return None  # a flag passed at the launch, which the single-pass copy does not take
         base = k.name.removesuffix("_kernel")
         kname = unique_name(m.src.tree, f"{base}_single_pass" + ("_kernel" if base != k.name else ""))
         const = unique_name(m.src.tree, "SINGLE_PASS_MAX")
         blk = unique_name(m.src.tree, "row_block")
         try:
-            kernel_text = single_pass_kernel(m, lp, kname)
+            kernel_text = single_pass_kernel(read_from, lp, kname)
         except (SyntaxError, ValueError):
             return None
         args = launch_args(la, k)
