@@ -84,9 +84,9 @@ CONTRACTS: dict[str, Contract] = {
     "single-pass-row": Contract(requires=("row_reduction",), provides=("single_pass_row",),
                                conflicts=("multi_row",)),
     # descriptors also need, at run time, a contiguous last dimension and 16-byte aligned base pointers and
-    # row strides: no static flag can say so, so the launch apply writes checks them and raises otherwise
-    # (the validator's correctness gate sees which shapes fail); a kernel already on descriptors or block
-    # pointers is left alone
+    # row strides: no static flag can say so, so apply keeps the pointer kernel and the launch takes the
+    # descriptor copy only when they hold (as the GEMM expert does); a kernel already on descriptors or
+    # block pointers is left alone
     "tensor-descriptors": Contract(requires=("has_dot", "has_k_loop"), provides=("uses_tma",),
                                    conflicts=("uses_tma",)),
 }

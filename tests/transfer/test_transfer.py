@@ -16,11 +16,11 @@ from .heldout import failed_gates, heldout_dirs, naive_sources, validate_all
 
 #: (operator, workload) -> why ``apply`` fails there (found by this check; see the report).
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    ("tensor-descriptors", "linear_gelu"): "TMA needs 16-byte aligned rows: the cpu shape N = 33 (66 bytes in "
-    "fp16) is not, and the launch apply writes raises rather than run a wrong layout (a shape condition)",
-    # (num-warps on bmm/linear_gelu/log_softmax/silu_mul: detect no longer reports a place where the
-    # computed warps equal the default 4; multi-row on row_absmax: apply sizes rows from the expression
-    # BLOCK is computed from, since BLOCK is assigned after ROWS) -- both fixed, keep this list honest.
+    # (tensor-descriptors on linear_gelu: its launch raised on rows that are not 16-byte aligned, now it
+    # sends them to the pointer kernel it started from; num-warps on bmm/linear_gelu/log_softmax/silu_mul:
+    # detect no longer reports a place where the computed warps equal the default 4; multi-row on
+    # row_absmax: apply sizes rows from the expression BLOCK is computed from, since BLOCK is assigned after
+    # ROWS) -- all fixed, keep this list honest.
 }
 
 #: Operators that no held-out kernel exercises, with the reason (none today: keep it that way).

@@ -24,6 +24,7 @@ from klineage.transforms._triton import (
     triton_func,
     unique_name,
 )
+from klineage.transforms.operators._dispatch import renamed_definition
 from klineage.transforms.operators._statements import all_names
 
 _SIDE_EFFECTS = {"store", "atomic_add", "atomic_max", "atomic_min", "atomic_cas", "atomic_xchg",
@@ -409,10 +410,7 @@ def single_pass_kernel(m: Module, lp: Looped, name: str) -> str:
     start, end = m.src.line_span(*m.src.stmt_lines(k.node))
     base = start
     edits = []
-    # the def line: new name
     head = m.src.text[base:end]
-    def_at = head.find(f"def {k.name}(")
-    edits.append(Edit(def_at + 4, def_at + 4 + len(k.name), name))
     first_loop = lp.loops[0]
     for loop, tail in itertools.zip_longest(lp.loops, lp.tails):
         s, e = m.src.line_span(*m.src.stmt_lines(loop))
@@ -420,7 +418,7 @@ def single_pass_kernel(m: Module, lp: Looped, name: str) -> str:
         if tail is not None:
             first, last = m.src.line_span(*m.src.stmt_lines(tail))
             edits.append(Edit(first - base, last - base, ""))
-    text = apply_edits(head, edits)
+    text = renamed_definition(apply_edits(head, edits), k.name, name)
     index = lp.body.index(first_loop)
     # where the unrolled statements start, in the new function: same list, same index
     return _merge_row_loads(text, lp.path, index, m.al, m.tl).rstrip("\n") + "\n"

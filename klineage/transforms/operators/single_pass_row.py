@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from klineage.transforms._module import Module, parse
-from klineage.transforms._source import Edit, Src, apply_edits, int_const, reindent, shifted_edit
+from klineage.transforms._source import Edit, apply_edits, int_const, shifted_edit
 from klineage.transforms._triton import (
     REDUCTIONS,
     Kernel,
@@ -30,6 +30,7 @@ from klineage.transforms._triton import (
 )
 from klineage.transforms.operator import Anchor, Operator, Param, Rewrite
 from klineage.transforms.operators._common import anchor
+from klineage.transforms.operators._dispatch import delete_definition, dispatch_text, keep_else_branch, whole_lines
 from klineage.transforms.operators._single_pass import (
     Dispatch,
     Looped,
@@ -39,14 +40,6 @@ from klineage.transforms.operators._single_pass import (
 )
 from klineage.transforms.operators._statements import all_names
 from klineage.transforms.operators.mask_elision import MaskElision
-
-
-def _whole_lines(src: Src, stmt: ast.stmt, comments: bool = True) -> tuple[int, int]:
-    """First and last line of a statement, with the comment lines right above it when asked."""
-    first, last = src.stmt_lines(stmt)
-    while comments and first > 1 and src.lines[first - 2].strip().startswith("#"):
-        first -= 1
-    return first, last
 
 
 def _reduces_across_columns_of_a_2d_tile(m: Module, k: Kernel) -> bool:
@@ -147,20 +140,12 @@ class SinglePassRow(Operator):
         if not found:
             return None
         d = found[0]
-        edits = []
         node = d.node
-        first, last = m.src.stmt_lines(node)
-        o_first = _whole_lines(m.src, node.orelse[0])[0]
-        o_last = m.src.stmt_lines(node.orelse[-1])[1]
-        if o_first <= (node.body[-1].end_lineno or 0) + 1:  # comments above else: keep only after it
-            o_first = m.src.stmt_lines(node.orelse[0])[0]
-        o_start, o_end = m.src.line_span(o_first, o_last)
-        kept = reindent(m.src.text[o_start:o_end], m.src.indent_of(node.orelse[0].lineno), m.src.indent_of(node.lineno))
-        edits.append(Edit(*m.src.line_span(first, last), kept))
+        edits = [keep_else_branch(m, node)]
         removed: list[ast.AST] = [node.test, *node.body]
         dead = self._dead(m, d, removed)
         for st in dead:
-            edits.append(self._delete(m, st))
+            edits.append(delete_definition(m, st))
         try:
             return self._removed(m, edits)
         except ValueError:  # overlapping edits
@@ -214,18 +199,6 @@ class SinglePassRow(Operator):
                 changed = True
         return sorted(dead, key=lambda s: s.lineno)
 
-    @staticmethod
-    def _delete(m: Module, st: ast.stmt) -> Edit:
-        """The edit deleting a statement with its comment lines; a definition standing between blank
-        lines takes the blank lines above it along."""
-        first, last = _whole_lines(m.src, st)
-        lines = m.src.lines
-        after_blank = last >= len(lines) or lines[last].strip() == ""
-        if after_blank:
-            while first > 1 and lines[first - 2].strip() == "":
-                first -= 1
-        return Edit(*m.src.line_span(first, last), "")
-
     def _apply(self, m: Module, max_cols: int | None = None) -> Rewrite | None:
         """Add a single-pass kernel and the host dispatch to it (rows up to ``max_cols`` columns,
         default 8192) in front of a column-looped row kernel's launch. With the ``code`` simplify
@@ -262,7 +235,7 @@ class SinglePassRow(Operator):
         s_start, s_end = m.src.line_span(s_first, s_last)
         # comment lines right above the launch go with it into the looped branch (simplify takes
         # that branch back whole)
-        c_start = m.src.line_span(_whole_lines(m.src, stmt)[0], s_last)[0]
+        c_start = m.src.line_span(whole_lines(m.src, stmt)[0], s_last)[0]
         ind = m.src.indent_of(stmt.lineno)
         launch_text = m.src.text[s_start:s_end]
         bs, be = m.src.span(args[lp.block])
@@ -272,14 +245,8 @@ class SinglePassRow(Operator):
         ])
         launch_text = m.src.text[c_start:s_end]
         s_start = c_start
-        host = (
-            f"{ind}{blk} = {m.triton}.next_power_of_2({n_text})\n"
-            f"{ind}if {blk} <= {const}:\n"
-            f"{ind}    # the whole row in registers: one read of the row\n"
-            + reindent(single, ind, ind + "    ")
-            + f"{ind}else:\n"
-            + reindent(launch_text, ind, ind + "    ")
-        )
+        host = f"{ind}{blk} = {m.triton}.next_power_of_2({n_text})\n" + dispatch_text(
+            ind, f"{blk} <= {const}", single, launch_text, "the whole row in registers: one read of the row")
         edits = [Edit(s_start, s_end, host)]
         # the kernel, right after the looped one
         k_end = m.src.line_span(*m.src.stmt_lines(k.node))[1]

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from klineage.schema import pyast
 from klineage.transforms._module import Module
-from klineage.transforms._source import Edit, int_const, str_const
+from klineage.transforms._source import Edit, apply_edits, int_const, shifted_edit, str_const
 from klineage.transforms._triton import (
     Kernel,
     Launch,
@@ -44,11 +44,25 @@ from klineage.transforms.features import accumulators, dot_loops
 from klineage.transforms.operator import Anchor, Operator, Rewrite
 from klineage.transforms.operators._common import anchor
 from klineage.transforms.operators._descriptors import Access, Desc, Reader, Refusal, access, paren
+from klineage.transforms.operators._dispatch import (
+    delete_definition,
+    dispatch_text,
+    keep_else_branch,
+    renamed_definition,
+    whole_lines,
+)
 from klineage.transforms.operators._matmul import kernel_body, launch_stmt, store_call, stored_value
 
 _MADE = {"make_tensor_descriptor", "_experimental_make_tensor_descriptor", "make_block_ptr"}
-UNIT_MESSAGE = "this kernel needs a contiguous last dimension (unit inner strides)"
-GUARD_MESSAGE = "tensor descriptors (TMA) need 16-byte aligned base pointers and row strides"
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """A launch ``apply`` turned into ``if <TMA can describe the operands>: copy[...] else: general[...]``."""
+
+    node: ast.If
+    copy: Kernel
+    general: Kernel
 
 
 @dataclass(frozen=True)
@@ -121,6 +135,8 @@ class TensorDescriptors(Operator):
         lts = m.launches_of(k)
         if len(lts) != 1 or launch_stmt(m, lts[0]) is None:
             return Refusal("it is not launched once from a plain kernel[grid](...) statement")
+        if any(d.general is k for d in self._dispatches(m)):
+            return Refusal("its launch already dispatches to a tensor-descriptor copy of it")
         if "torch" not in {a.asname or a.name for n in m.src.tree.body if isinstance(n, ast.Import) for a in n.names}:
             return Refusal("the module does not import torch (the allocator needs torch.empty)")
         args = launch_args(lts[0], k)
@@ -190,11 +206,21 @@ class TensorDescriptors(Operator):
         return out
 
     def _apply(self, m: Module) -> Rewrite | None:
-        """Rewrite every kernel with a plan: descriptors before the K loop (and before the store), the
-        accesses, and the guard and allocator before its launch."""
+        """For every kernel with a plan: a copy of it that loads its K loop's tiles (and stores its output
+        tile) through descriptors, right after it, and a dispatch at its launch: the copy when every
+        base pointer and row stride is 16-byte aligned and every inner stride it assumes is 1 (what TMA
+        needs), the kernel as it was otherwise, so the module stays correct on every layout."""
         edits: list[Edit] = []
         taken: set[str] = set()
         tl = m.tl
+
+        def fresh(base: str) -> str:
+            name, i = unique_name(m.src.tree, base), 2
+            while name in taken:
+                name, i = unique_name(m.src.tree, f"{base}_{i}"), i + 1
+            taken.add(name)
+            return name
+
         for k in m.launched:
             p = self._plan(m, k)
             if isinstance(p, Refusal):
@@ -203,35 +229,37 @@ class TensorDescriptors(Operator):
 
             def name_of(d: Desc, names: dict[Desc, str] = names) -> str:
                 if d not in names:
-                    base = d.param.removesuffix("_ptr") + "_desc"
-                    name = unique_name(m.src.tree, base)
-                    i = 2
-                    while name in taken:
-                        name = unique_name(m.src.tree, f"{base}_{i}")
-                        i += 1
-                    taken.add(name)
-                    names[d] = name
+                    names[d] = fresh(d.param.removesuffix("_ptr") + "_desc")
                 return names[d]
 
+            in_kernel: list[Edit] = []  # edits of the copy, in offsets of the whole source
             made: list[Desc] = []
             for a in p.loads:
                 if a.desc not in made:
                     made.append(a.desc)
                 text = f"{name_of(a.desc)}.load([{a.offsets[0]}, {a.offsets[1]}])" + (".T" if a.transposed else "")
-                edits.append(Edit(*m.src.span(a.call), text))
+                in_kernel.append(Edit(*m.src.span(a.call), text))
             indent = m.src.indent_of(p.loop.lineno)
             pos = m.src.line_span(p.loop.lineno, p.loop.lineno)[0]
-            edits.append(Edit(pos, pos, "".join(self._make(tl, name_of(d), d, indent) for d in made)))
+            in_kernel.append(Edit(pos, pos, "".join(self._make(tl, name_of(d), d, indent) for d in made)))
             if p.store is not None and p.store_stmt is not None:
                 a = p.store
-                fresh = a.desc not in names
+                new = a.desc not in names
                 name = name_of(a.desc)
-                edits.append(Edit(*m.src.span(a.call), f"{name}.store([{a.offsets[0]}, {a.offsets[1]}], {a.value})"))
-                if fresh:
+                stored = f"{name}.store([{a.offsets[0]}, {a.offsets[1]}], {a.value})"
+                in_kernel.append(Edit(*m.src.span(a.call), stored))
+                if new:
                     s_pos = m.src.line_span(p.store_stmt.lineno, p.store_stmt.lineno)[0]
-                    edits.append(Edit(s_pos, s_pos, self._make(tl, name, a.desc,
-                                                               m.src.indent_of(p.store_stmt.lineno))))
-            edits.append(self._host(m, p, list(names)))
+                    in_kernel.append(Edit(s_pos, s_pos, self._make(tl, name, a.desc,
+                                                                   m.src.indent_of(p.store_stmt.lineno))))
+            base = k.name.removesuffix("_kernel")
+            copy_name = fresh(f"{base}_tma" + ("_kernel" if base != k.name else ""))
+            start, end = m.src.line_span(*m.src.stmt_lines(k.node))
+            text = m.src.text[start:end]
+            rewritten = apply_edits(text, [shifted_edit((e.start, e.end), start, e.text) for e in in_kernel])
+            copy = renamed_definition(rewritten, k.name, copy_name)
+            edits.append(Edit(end, end, "\n\n" + copy))
+            edits.append(self._host(m, p, list(names), copy_name, fresh("tma_scratch")))
         return self._edited(m, edits, {}, "apply")
 
     @staticmethod
@@ -239,8 +267,10 @@ class TensorDescriptors(Operator):
         return (f"{indent}{name} = {tl}.make_tensor_descriptor({d.base}, shape=[{d.shape[0]}, {d.shape[1]}], "
                 f"strides=[{d.stride}, 1], block_shape=[{d.block[0]}, {d.block[1]}])\n")
 
-    def _host(self, m: Module, p: Plan, descs: list[Desc]) -> Edit:
-        """The guard (alignment, unit inner strides) and the allocator, right before the launch."""
+    def _host(self, m: Module, p: Plan, descs: list[Desc], copy_name: str, scratch: str) -> Edit:
+        """The launch of ``p`` as a dispatch: the descriptor copy ``copy_name`` (with the global scratch
+        allocator device-side descriptors need) when TMA can describe every operand, else the launch as
+        it was."""
 
         def host(text: str) -> str:
             node = pyast.parse(text, mode="eval")
@@ -257,35 +287,67 @@ class TensorDescriptors(Operator):
             for c in (f"{t}.data_ptr()", f"{paren(host(d.stride), factor=True)} * {t}.element_size()"):
                 if c not in checks:
                     checks.append(c)
-            if d.unit is not None and f"{host(d.unit)} != 1" not in units:
-                units.append(f"{host(d.unit)} != 1")
+            if d.unit is not None and f"{host(d.unit)} == 1" not in units:
+                units.append(f"{host(d.unit)} == 1")
         stmt = p.launch.stmt
         assert stmt is not None
         ind = m.src.indent_of(stmt.lineno)
-        pad = " " * len("if any(v % 16 for v in (")
+        pad = " " * len("if not any(v % 16 for v in (")
         rows = [", ".join(checks[i:i + 2]) for i in range(0, len(checks), 2)]
-        test = f"any(v % 16 for v in ({(',' + chr(10) + ind + pad).join(rows)}))"
-        scratch = unique_name(m.src.tree, "tma_scratch")
+        test = " and ".join([*units, f"not any(v % 16 for v in ({(',' + chr(10) + ind + pad).join(rows)}))"])
         device = f"{paren(p.host[descs[0].param], factor=True)}.device"
-        # the unit inner strides are what the kernel itself now assumes (simplify keeps this guard)
-        unit = f"{ind}if {' or '.join(units)}:\n{ind}    raise ValueError({UNIT_MESSAGE!r})\n" if units else ""
-        text = unit + (
-            f"{ind}if {test}:\n"
-            f"{ind}    raise ValueError({GUARD_MESSAGE!r})\n"
-            "\n"
+        s_first, s_last = m.src.stmt_lines(stmt)
+        s_start, s_end = m.src.line_span(s_first, s_last)
+        c_start = m.src.line_span(whole_lines(m.src, stmt)[0], s_last)[0]  # comments above go with the launch
+        launch = m.src.text[s_start:s_end]
+        renames = [shifted_edit(m.src.span(p.launch.call.func.value), s_start, copy_name)]  # type: ignore[attr-defined]
+        grid = p.launch.grid
+        value = single_value(p.launch.func, grid.id) if isinstance(grid, ast.Name) else None
+        if isinstance(value, ast.Tuple) and m.src.seg(value).startswith("("):
+            # the copy launches with the grid's tuple written out, so each launch owns its grid (tile-size
+            # and autotune rewrite one launch's grid, and refuse a grid two launches read)
+            renames.append(shifted_edit(m.src.span(grid), s_start, m.src.seg(value)))
+        copy_launch = apply_edits(launch, renames)
+        special = (
             f"{ind}def {scratch}(size, alignment, stream):\n"
             f"{ind}    # global scratch for the device-side descriptors (the launch asks for it per program)\n"
             f"{ind}    return torch.empty(size, device={device}, dtype=torch.int8)\n"
             "\n"
             f"{ind}{m.triton}.set_allocator({scratch})\n"
+            + copy_launch
         )
-        pos = m.src.line_span(stmt.lineno, stmt.lineno)[0]
-        return Edit(pos, pos, text)
+        return Edit(c_start, s_end, dispatch_text(ind, test, special, m.src.text[c_start:s_end],
+                                                  "TMA copies whole tiles: 16-byte aligned rows, unit inner strides"))
 
     # -- simplify
+    def _dispatches(self, m: Module) -> list[Dispatch]:
+        """The dispatches ``apply`` writes: an ``if`` whose body ends launching a kernel that makes tensor
+        descriptors and whose ``else`` is the launch of another kernel."""
+        making = [k for k in m.kernels if any(tl_func(n, m.al) == "make_tensor_descriptor" for n in ast.walk(k.node))]
+        found = []
+        for copy in making:
+            for la in m.launches_of(copy):
+                if la.func is None or launch_stmt(m, la) is None:
+                    continue
+                for node in ast.walk(la.func):
+                    if not (isinstance(node, ast.If) and node.body and node.body[-1] is la.stmt
+                            and len(node.orelse) == 1):
+                        continue
+                    general = [k for k in m.launched if k is not copy
+                               and any(g.stmt is node.orelse[0] for g in m.launches_of(k))]
+                    if len(general) == 1:
+                        found.append(Dispatch(node, copy, general[0]))
+        return found
+
     def _simplify(self, m: Module) -> Rewrite | None:
-        """Every descriptor of a recognised kernel back to masked pointer tiles; the guard and the
-        allocator go when no kernel of the module makes descriptors any more."""
+        """A dispatch ``apply`` wrote goes back to its ``else`` launch, and the descriptor copy goes.
+        Otherwise every descriptor of a recognised kernel goes back to masked pointer tiles, and the
+        allocator goes when no kernel of the module makes descriptors any more."""
+        found = self._dispatches(m)
+        if found:
+            undone = [keep_else_branch(m, d.node) for d in found]
+            undone += [delete_definition(m, d.copy.node) for d in found if len(m.launches_of(d.copy)) == 1]
+            return self._removed(m, undone)
         edits: list[Edit] = []
         done: list[Kernel] = []
         for k in m.kernels:
@@ -398,8 +460,7 @@ class TensorDescriptors(Operator):
 
     def _host_removals(self, m: Module, func: ast.FunctionDef) -> list[Edit]:
         """In a launching function: ``triton.set_allocator(f)`` with its local ``def f`` (a single
-        ``return torch.empty(...)``) and the guard ``apply`` writes (an ``if`` raising the descriptor
-        message), with the blank lines between them."""
+        ``return torch.empty(...)``), with the blank lines between them."""
         gone: list[ast.stmt] = []
         for st in ast.walk(func):
             if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Call)
@@ -413,11 +474,6 @@ class TensorDescriptors(Operator):
                     and isinstance(defs[0].body[0].value, ast.Call)
                     and dotted(defs[0].body[0].value.func) == "torch.empty"):
                 gone += [st, defs[0]]
-        for st in ast.walk(func):
-            if (isinstance(st, ast.If) and not st.orelse and len(st.body) == 1 and isinstance(st.body[0], ast.Raise)
-                    and isinstance(st.body[0].exc, ast.Call) and st.body[0].exc.args
-                    and str_const(st.body[0].exc.args[0]) == GUARD_MESSAGE):
-                gone.append(st)
         if not gone:
             return []
         gone.sort(key=lambda s: s.lineno)
