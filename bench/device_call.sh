@@ -79,6 +79,10 @@ if [ "$EVAL_S" -lt 60 ]; then
   exit 0
 fi
 echo "evaluation: ${EVAL_S} s" | tee -a "$OUT/gpu.txt"
-python3 bench/evaluate_agent.py run --prepared .eval --cache "$OUT/cache.sqlite" --results "$OUT/results.jsonl" \
+# a hard stop after the budget: the runs in flight get 70 s to finish their validations, then the evaluation
+# ends (what they had not finished is not in the cache; they resume next call) and the cache is copied for
+# the next call on this machine while the call is still alive (a call cut by the device's limit copies nothing)
+timeout -k 5 "$((EVAL_S + 70))" \
+  python3 bench/evaluate_agent.py run --prepared .eval --cache "$OUT/cache.sqlite" --results "$OUT/results.jsonl" \
   --budget-s "$EVAL_S" --max-shapes 4 --jobs "$JOBS" "${SWEEP_ARGS[@]}" "$@" 2>&1 | tee "$OUT/evaluation.log" | tail -40
 cp "$OUT/cache.sqlite" "$WARM_CACHE" 2>/dev/null || true
