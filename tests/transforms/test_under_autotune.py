@@ -34,7 +34,9 @@ def test_persistent_on_an_autotuned_matmul_keeps_its_config_list() -> None:
     assert _configs(rw.source) == _configs(TUNED.source)
 
 
-def test_split_k_drops_only_the_tile_the_grid_no_longer_counts_with() -> None:
+def test_split_k_keeps_every_tile_in_the_configs() -> None:
+    """Split-k's K loop starts at ``pid_k * BLOCK_K`` and steps by ``BLOCK_K * SPLIT_K``: it covers K with any
+    BLOCK_K, and the grid counts splits, not tiles of BLOCK_K, so the configs keep tuning it."""
     assert TUNED is not None
     rw = apply_under_autotune(get_operator("split-k"), TUNED.source)
     assert rw is not None
@@ -43,8 +45,8 @@ def test_split_k_drops_only_the_tile_the_grid_no_longer_counts_with() -> None:
     kernel = next(k for k in m.kernels if k.name in _configs(TUNED.source))
     assert kernel.autotune is not None
     config_text = rw.source[rw.source.index("@triton.autotune"):rw.source.index("@triton.jit")]
-    assert "BLOCK_M" in config_text and "BLOCK_K" not in config_text.split("key")[0]
-    assert "BLOCK_K=" in rw.source.split("def run")[1]  # kept at its pinned launch value
+    assert "BLOCK_M" in config_text and "BLOCK_K" in config_text.split("key")[0]
+    assert "BLOCK_K=" not in rw.source.split("def run")[1]  # the configs set it
 
 
 @pytest.mark.parametrize("op_id", LAUNCH_CONFIGURATION)

@@ -107,12 +107,24 @@ def movable_params(m: Module, k: Kernel) -> set[str]:
 def partitioned_params(k: Kernel, al: Aliases) -> set[str]:
     """Constexprs that the program id partitions: ``P`` multiplied by a program-id-derived value
     (``pid * P``, ``pid_m * BLOCK_M + tl.arange(...)``, ``(start_m + 1) * BLOCK_M``), the tile
-    parameters a launch grid must count with."""
+    parameters a launch grid must count with. A loop that starts at ``pid_k * P`` and steps by a
+    multiple of ``P`` (split-k's interleaved slices, ``range(pid_k * P, K, P * SPLIT)``) covers its
+    extent with any ``P``: the grid counts slices there, not tiles of ``P``."""
     derived = pid_derived(k.node, al)
     cex = set(k.constexprs)
     out: set[str] = set()
+    interleaved: set[int] = set()  # ids of the start products of such loops
+    for loop in loops(k.node):
+        rc = range_call(loop, al)
+        if rc is None or len(rc.args) < 3:
+            continue
+        start, step = rc.args[0], rc.args[2]
+        step_names = {x.id for x in ast.walk(step) if isinstance(x, ast.Name)}
+        if isinstance(start, ast.BinOp) and isinstance(start.op, ast.Mult) and any(
+                isinstance(side, ast.Name) and side.id in step_names for side in (start.left, start.right)):
+            interleaved.add(id(start))
     for n in ast.walk(k.node):
-        if not (isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult)):
+        if not (isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult)) or id(n) in interleaved:
             continue
         sides = (n.left, n.right)
         for this, other in (sides, sides[::-1]):
