@@ -95,7 +95,12 @@ def test_apply_provides_what_the_contract_says_wherever_it_applies(op: str) -> N
 
 
 def test_a_broken_contract_makes_the_operator_absent_with_the_reason() -> None:
-    source = (ROOT / "heldout" / "decode_attention" / "naive.py").read_text(encoding="utf-8")
+    """A cumulative sum over rows in blocks of several rows: single-pass-row's detect finds its column loop,
+    its contract (no multi-row kernel) rules it out, and the anchor says so."""
+    from tests.transforms.harness import naive_cases
+
+    source = naive_cases()["naive_cumsum"].source
+    assert get_operator("single-pass-row").applicable(source)
     anchor = operator_anchors(source)["single-pass-row"]
     assert anchor["state"] == "absent"
     assert "conflicts with multi_row" in anchor["detail"]

@@ -151,6 +151,11 @@ def test_single_pass_row_refusals() -> None:
         assert OP.apply(NAIVE[name].source) is None, name
         kinds = [a.kind for a in OP.detect(NAIVE[name].source)]
         assert kinds == (["present"] if name in ("naive_softmax", "naive_rmsnorm") else []), (name, kinds)
+    # loops over 2-D tiles (a column sum's row blocks, decode attention's keys x head dim): unrolled, the
+    # block would be a whole 2-D extent in registers, not one row
+    for name in ("column_sum", "decode_attention"):
+        source = (ROOT / "heldout" / name / "naive.py").read_text()
+        assert OP.apply(source) is None and not OP.applicable(source), name
     # a loop over the full chunks (bound n_full = (n // B) * B) without its tail branch: not a row pass
     softmax = OP.simplify((WORKLOADS / "softmax" / "expert.py").read_text())
     assert softmax is not None

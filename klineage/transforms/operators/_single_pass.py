@@ -215,7 +215,7 @@ def looped_kernels(m: Module) -> list[Looped]:
             if isinstance(lp, (ast.For, ast.While)) and lp not in loops_
             and block in all_names([lp.iter if isinstance(lp, ast.For) else lp.test])
         ]
-        if others or not self_contained(loops_):
+        if others or not self_contained(loops_) or any(loads_2d_tiles(lp, m) for lp in loops_):
             continue
         args = launch_args(la, k)
         if block not in args or n_param not in args:
@@ -224,6 +224,28 @@ def looped_kernels(m: Module) -> list[Looped]:
             continue
         out.append(Looped(k, la, body, path, loops_, n_param, block, tails))
     return out
+
+
+def loads_2d_tiles(loop: ast.AST, m: Module) -> bool:
+    """The loop loads 2-D tiles (a pointer broadcast with ``[:, None]`` / ``[None, :]``): rows of a column
+    sum, keys × head dim of decode attention, several rows at once. Unrolled, the block would be a whole
+    2-D extent in registers, not one row: single-pass-row is for kernels that read one row per program."""
+    def broadcast(node: ast.AST) -> bool:
+        return any(isinstance(x, ast.Subscript) and isinstance(x.slice, ast.Tuple)
+                   and any(isinstance(e, ast.Constant) and e.value is None for e in x.slice.elts)
+                   for x in ast.walk(node))
+
+    assigned: dict[str, list[ast.AST]] = {}  # a pointer made in a local first: one level of names
+    for n in ast.walk(loop):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+            assigned.setdefault(n.targets[0].id, []).append(n.value)
+    for n in ast.walk(loop):
+        if isinstance(n, ast.Call) and tl_func(n, m.al) == "load" and n.args:
+            ptr = n.args[0]
+            names = [x.id for x in ast.walk(ptr) if isinstance(x, ast.Name)]
+            if broadcast(ptr) or any(broadcast(v) for name in names for v in assigned.get(name, [])):
+                return True
+    return False
 
 
 def self_contained(loops_: tuple[ast.For, ...]) -> bool:
