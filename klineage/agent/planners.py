@@ -439,7 +439,6 @@ class MemoryPlanner:
 
     def plan(self, state: AgentState) -> list[Move]:
         """The two most similar trajectories' steps, naive → expert, minus their failure rules."""
-
         ranked = self.ranked(state)[:2]
         forbidden = {s.operator for lin in ranked for s in lin.failures()}
         moves = []

@@ -21,6 +21,13 @@ from klineage.transforms._module import Module
 from klineage.transforms._source import Edit, Src, reindent
 
 
+def copy_base_name(kernel_name: str, variant: str) -> str:
+    """The name of a kernel's specialised copy: ``variant`` before a ``_kernel`` suffix
+    (``rmsnorm_kernel`` -> ``rmsnorm_single_pass_kernel``), else after the name; the caller makes it unique."""
+    base = kernel_name.removesuffix("_kernel")
+    return f"{base}_{variant}" + ("_kernel" if base != kernel_name else "")
+
+
 def whole_lines(src: Src, stmt: ast.stmt, comments: bool = True) -> tuple[int, int]:
     """First and last line of a statement, with the comment lines right above it when asked."""
     first, last = src.stmt_lines(stmt)

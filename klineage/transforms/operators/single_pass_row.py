@@ -30,7 +30,13 @@ from klineage.transforms._triton import (
 )
 from klineage.transforms.operator import Anchor, Operator, Param, Rewrite
 from klineage.transforms.operators._common import anchor
-from klineage.transforms.operators._dispatch import delete_definition, dispatch_text, keep_else_branch, whole_lines
+from klineage.transforms.operators._dispatch import (
+    copy_base_name,
+    delete_definition,
+    dispatch_text,
+    keep_else_branch,
+    whole_lines,
+)
 from klineage.transforms.operators._single_pass import (
     Dispatch,
     Looped,
@@ -211,15 +217,11 @@ class SinglePassRow(Operator):
             return None
         lp = found[0]
         k = next(k for k in m.kernels if k.name == lp.kernel.name)
-        launches = m.launches_of(k)
-        if len(launches) != 1:
-            return None
-        la = launches[0]
+        la = m.launches_of(k)[0]  # its one launch (looped_kernels): mask elision adds none
         dropped = {p.name for p in k.params} - {p.name for p in lp.kernel.params}
         if any(kw.arg in dropped for kw in la.call.keywords):
             return None  # a flag passed at the launch, which the single-pass copy does not take
-        base = k.name.removesuffix("_kernel")
-        kname = unique_name(m.src.tree, f"{base}_single_pass" + ("_kernel" if base != k.name else ""))
+        kname = unique_name(m.src.tree, copy_base_name(k.name, "single_pass"))
         const = unique_name(m.src.tree, "SINGLE_PASS_MAX")
         blk = unique_name(m.src.tree, "row_block")
         try:

@@ -45,6 +45,7 @@ from klineage.transforms.operator import Anchor, Operator, Rewrite
 from klineage.transforms.operators._common import anchor
 from klineage.transforms.operators._descriptors import Access, Desc, Reader, Refusal, access, paren
 from klineage.transforms.operators._dispatch import (
+    copy_base_name,
     delete_definition,
     dispatch_text,
     keep_else_branch,
@@ -57,7 +58,7 @@ _MADE = {"make_tensor_descriptor", "_experimental_make_tensor_descriptor", "make
 
 
 @dataclass(frozen=True)
-class Dispatch:
+class DescriptorDispatch:
     """A launch ``apply`` turned into ``if <TMA can describe the operands>: copy[...] else: general[...]``."""
 
     node: ast.If
@@ -252,8 +253,7 @@ class TensorDescriptors(Operator):
                     s_pos = m.src.line_span(p.store_stmt.lineno, p.store_stmt.lineno)[0]
                     in_kernel.append(Edit(s_pos, s_pos, self._make(tl, name, a.desc,
                                                                    m.src.indent_of(p.store_stmt.lineno))))
-            base = k.name.removesuffix("_kernel")
-            copy_name = fresh(f"{base}_tma" + ("_kernel" if base != k.name else ""))
+            copy_name = fresh(copy_base_name(k.name, "tma"))
             start, end = m.src.line_span(*m.src.stmt_lines(k.node))
             text = m.src.text[start:end]
             rewritten = apply_edits(text, [shifted_edit((e.start, e.end), start, e.text) for e in in_kernel])
@@ -320,7 +320,7 @@ class TensorDescriptors(Operator):
                                                   "TMA copies whole tiles: 16-byte aligned rows, unit inner strides"))
 
     # -- simplify
-    def _dispatches(self, m: Module) -> list[Dispatch]:
+    def _dispatches(self, m: Module) -> list[DescriptorDispatch]:
         """The dispatches ``apply`` writes: an ``if`` whose body ends launching a kernel that makes tensor
         descriptors and whose ``else`` is the launch of another kernel."""
         making = [k for k in m.kernels if any(tl_func(n, m.al) == "make_tensor_descriptor" for n in ast.walk(k.node))]
@@ -336,7 +336,7 @@ class TensorDescriptors(Operator):
                     general = [k for k in m.launched if k is not copy
                                and any(g.stmt is node.orelse[0] for g in m.launches_of(k))]
                     if len(general) == 1:
-                        found.append(Dispatch(node, copy, general[0]))
+                        found.append(DescriptorDispatch(node, copy, general[0]))
         return found
 
     def _simplify(self, m: Module) -> Rewrite | None:
