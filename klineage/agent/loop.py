@@ -71,7 +71,10 @@ def optimize(problem: Problem, planner: Planner, validator: Any, budget: int = 1
     notes = [] if measured else ["no performance was measured (no GPU): moves were "
                                  "ranked by the knowledge base's expected gain and kept when they passed the "
                                  "checking gates"]
-    state = AgentState(problem, problem.source, arch=arch)
+    # planners reason about the GPU's grid: the shapes timed, or the manifest's grid when only correctness
+    # runs (on the small CPU shapes)
+    grid = tuple(shapes) if measured and shapes else None
+    state = AgentState(problem, problem.source, arch=arch, grid=grid)
     best = start if start.verdict == "pass" else None
     best_source = problem.source if best is not None else None
     seen = {kernel_sha(problem.source)}

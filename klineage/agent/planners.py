@@ -15,7 +15,9 @@ budget; only the planner differs:
   last. Operators no lineage used (so no skill yet) that apply to the kernel come, with their defaults,
   after the moves expected to pay and before those expected not to: what the knowledge base knows nothing
   about ranks above what it predicts will not pay. After everything, a re-tune of an autotuned kernel, then
-  every other operator that materializes (``AFTER_THE_PLAN``): a call left unused is a call lost.
+  every other operator that materializes (``AFTER_THE_PLAN``): a call left unused is a call lost. Last, when
+  the kernel's grid leaves most SMs idle on the timed shapes (``klineage.agent.census``), the moves whose
+  candidates launch more programs go first and those that launch fewer go last.
 * ``MemoryPlanner`` (*memory*, the AdaExplore / ReasoningBank style): the trajectories of the lineages
   nearest by embedding similarity of kernel and problem text only, replayed with the parameters the
   trajectory recorded (the operators' defaults where those do not fit), and their failure rules; no
@@ -37,6 +39,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
 
+from klineage.agent.census import Census, GridCensus, visible_sm_count
 from klineage.agent.lineages import LineageStep, LineageSummary, load_lineages
 from klineage.agent.moves import Move, MoveStep, apply_step, composite, fitting_step, materialize, single
 from klineage.agent.parameters import MAX_CONFIGS, config_neighborhood, fit_to_grid, step_parameters
@@ -259,8 +262,13 @@ class LineagePlanner:
 
     kb: KnowledgeBase
     name: str = "klineage"
+    #: Reorder by grid fill when the kernel underfills the GPU (``klineage.agent.census``).
+    parallelism: bool = True
+    #: The launch census to use (None: ``census_in_worker``, a worker process).
+    census_run: Census | None = None
     _lineages: list[LineageSummary] | None = None
     _skilled: frozenset[str] | None = None
+    _census: GridCensus | None = None
 
     def lineages(self) -> list[LineageSummary]:
         """The knowledge base's measured lineages (read once)."""
@@ -331,7 +339,24 @@ class LineagePlanner:
         planned = [*planned, *([retune] if retune else []), *rest]
         if tuned:  # its tiles, warps and stages are its config list's now: only a re-tune changes them
             planned = [m for m in planned if not set(m.operators) <= CONFIG_VALUES]
+        planned = _filter(state, planned)
+        census = self.census(state)
+        if census is not None:
+            planned = census.order(state.source, planned)
         return _filter(state, [*_compile_retries(state), *planned])
+
+    def census(self, state: AgentState) -> GridCensus | None:
+        """The launch census of the problem's timed shapes (made once per problem); None when
+        ``parallelism`` is off."""
+        if not self.parallelism:
+            return None
+        shapes = state.timed_shapes()
+        census = self._census
+        if census is None or census.reference != state.problem.manifest.reference_path or census.shapes != shapes:
+            census = GridCensus(state.problem.manifest.reference_path, shapes, state.problem.manifest.dtypes[0],
+                                visible_sm_count(), self.census_run)
+            self._census = census
+        return census
 
     def _unprofitable(self, hit: SkillHit | None, contexts: Sequence[dict[str, Any]]) -> bool:
         """True when the knowledge base predicts no gain from the skill's rules and trials

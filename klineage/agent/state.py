@@ -7,6 +7,7 @@ from typing import Any
 
 from klineage.agent.moves import Move, MoveStep
 from klineage.agent.problem import Problem
+from klineage.schema.manifest import Shape
 
 #: Gates whose failure says the operator broke the kernel (not that a size did not fit).
 BREAKING_GATES = ("static", "correctness", "integrity")
@@ -45,6 +46,12 @@ class AgentState:
     attempts: list[Attempt] = field(default_factory=list)
     arch: int | None = None
     unusable: set[str] = field(default_factory=set)
+    #: The shapes the performance gate times (None: the manifest's grid), what a planner reasons about.
+    grid: tuple[Shape, ...] | None = None
+
+    def timed_shapes(self) -> tuple[Shape, ...]:
+        """The shapes the performance gate times: ``grid``, or the manifest's whole grid."""
+        return self.grid if self.grid is not None else tuple(self.problem.manifest.shapes)
 
     def tried(self) -> set[str]:
         """Keys of every move validated, and of those that could not be made on the current kernel."""

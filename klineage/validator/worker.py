@@ -20,7 +20,8 @@ Whatever the worker answers is a claim, never a verdict: the trusted side checks
 stdout, stderr and files are never evidence.
 
 Other modes: ``--probe`` prints the environment (GPU, versions) as JSON; ``--ceilings`` measures the
-device's copy bandwidth and bf16 GEMM rate and prints them as JSON.
+device's copy bandwidth and bf16 GEMM rate and prints them as JSON; ``--census REQUEST OUT`` counts the
+programs candidates launch per shape, launching nothing (``launch_census.py``).
 """
 
 from __future__ import annotations
@@ -385,7 +386,7 @@ def serve(fd: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``--serve FD``, ``--probe`` or ``--ceilings``."""
+    """Entry point: ``--serve FD``, ``--probe``, ``--ceilings`` or ``--census REQUEST OUT``."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args == ["--probe"]:
         print(json.dumps(environment()))
@@ -402,7 +403,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if len(args) == 2 and args[0] == "--serve" and args[1].isdigit():
         return serve(int(args[1]))
-    print("usage: python -m klineage.validator.worker --serve FD | --probe | --ceilings", file=sys.stderr)
+    if len(args) == 3 and args[0] == "--census":
+        from klineage.validator.launch_census import serve_census
+
+        return serve_census(Path(args[1]), Path(args[2]))
+    print("usage: python -m klineage.validator.worker --serve FD | --probe | --ceilings | --census REQUEST OUT",
+          file=sys.stderr)
     return 2
 
 
