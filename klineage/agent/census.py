@@ -97,9 +97,9 @@ class GridCensus:
         census has failed, the reason in ``failed``)."""
         todo = list(dict.fromkeys(s for s in sources if kernel_sha(s) not in self._fills))
         if todo and self.failed is None:
-            run = self.run
-            if run is None:
-                from klineage.validator.launch_census import census_in_worker as run
+            from klineage.validator.launch_census import census_in_worker
+
+            run: Census = self.run if self.run is not None else census_in_worker
             try:
                 counted = run(self.reference, self.shapes, self.dtype, self.sm_count, todo)
             except Exception as exc:

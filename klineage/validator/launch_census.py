@@ -69,13 +69,13 @@ def recording_launches(sm_count: int) -> Iterator[list[int]]:
         if len(counts) > before:
             counts[before:] = [max(counts[before:])]
 
-    JITFunction.run = jit_run  # type: ignore[method-assign]
-    Autotuner.run = autotune_run  # type: ignore[method-assign]
+    JITFunction.run = jit_run
+    Autotuner.run = autotune_run
     if not torch.cuda.is_available():
         device = SimpleNamespace(multi_processor_count=sm_count, name="census")
         saved += [(torch.cuda, "is_available", torch.cuda.is_available),
                   (torch.cuda, "get_device_properties", torch.cuda.get_device_properties)]
-        torch.cuda.is_available = lambda: True  # type: ignore[assignment]
+        torch.cuda.is_available = lambda: True
         torch.cuda.get_device_properties = lambda *a, **k: device  # type: ignore[assignment]
     try:
         yield counts
