@@ -23,9 +23,11 @@ DOT_ONLY = {"tile-size", "grouped-order", "dot-accumulate", "persistent", "causa
 pytestmark = pytest.mark.real("embedder")
 
 
-def _plan(kb: KnowledgeBase, name: str, source: str | None = None) -> list:
+def _plan(kb: KnowledgeBase, name: str, source: str | None = None, parallelism: bool = False) -> list:
+    """The klineage plan; the lineage order alone unless ``parallelism`` (the grid-fill reorder, tested in
+    test_census.py, needs a census worker per kernel)."""
     problem = load_problem(None, ROOT / "heldout" / name)
-    return LineagePlanner(kb).plan(AgentState(problem, source or problem.source))
+    return LineagePlanner(kb, parallelism=parallelism).plan(AgentState(problem, source or problem.source))
 
 
 def test_every_measured_lineage_reads_forward_from_naive_to_expert(kb: KnowledgeBase) -> None:
@@ -326,7 +328,7 @@ def test_every_move_planned_for_a_held_out_kernel_materializes(kb: KnowledgeBase
     """The loop skips a move that does not materialize without a word: a planned move the kernel cannot take is
     a silent loss (every eviction-hints lineage step was one). On every held-out naive kernel, each move of the
     plan changes the code."""
-    planner = LineagePlanner(kb)
+    planner = LineagePlanner(kb, parallelism=False)  # the census reorders moves, it adds none
     silent = []
     for folder in sorted(p for p in (ROOT / "heldout").iterdir() if (p / "manifest.toml").exists()):
         problem = load_problem(None, folder)
