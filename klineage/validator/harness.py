@@ -116,6 +116,14 @@ class LaunchWatch:
                     finally:
                         self.nargs = None
                     config = configs[(pin or 0) % len(configs)]
+                    # as Triton's own launch does (``fn.run(*args, **kwargs, **config.all_kwargs())``): a launch
+                    # keyword that a config also sets (num_warps, num_stages and num_ctas always) is an error
+                    # under the autotuner, not a value to override silently
+                    clash = sorted(set(kwargs) & set(config.all_kwargs()))
+                    if clash:
+                        raise TypeError(f"{getattr(self.base_fn, '__name__', 'kernel')}: the launch passes "
+                                        f"{', '.join(clash)} which the autotune config also sets (Triton "
+                                        "raises: got multiple values for keyword argument)")
                     full = {**kwargs, **config.all_kwargs()}
                     if config.pre_hook is not None:
                         config.pre_hook({**dict(zip(self.arg_names, args, strict=False)), **full})

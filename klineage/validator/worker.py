@@ -301,6 +301,8 @@ class Server:
             body["inputs"] = inputs
         try:
             fields, blob = self._answer(header, body)
+        except (MemoryError, self.torch.cuda.OutOfMemoryError):
+            raise  # the machine ran short while sending the outputs back: not the candidate's answer
         except Exception as exc:
             raise TypeError(f"run returned something that is not tensors, numbers or tuples of them: "
                             f"{type(out).__name__} ({exc})") from exc

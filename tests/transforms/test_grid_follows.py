@@ -257,3 +257,18 @@ def test_a_block_that_covers_a_whole_row_is_not_moved() -> None:
     rw = AUTOTUNE.apply(source, configs=[{"block_cols": 32, "num_warps": 8}])
     assert rw is None or "'BLOCK'" not in rw.source
     assert TILE.apply(source, tiles={"block_cols": 32}) is None
+
+
+def test_warps_a_launch_computes_are_never_left_beside_autotune_configs() -> None:
+    """Every triton.Config sets num_warps, num_stages and num_ctas, and Triton refuses a launch that passes one
+    of them as well (got multiple values for keyword argument): a launch that computes its warps is refused;
+    a literal value joins every config and leaves the launch (the kernel still computes the same)."""
+    computed = _silu("k[(triton.cdiv(n, 64),)](a, y, n, BLOCK=64, num_warps=max(4, n // 100000))")
+    assert AUTOTUNE.apply(computed.source) is None
+    assert AUTOTUNE.apply(computed.source, configs=[{"block": 128, "num_warps": 8}]) is None
+    literal = _silu("k[(triton.cdiv(n, 64),)](a, y, n, BLOCK=64, num_warps=2)")
+    rw = AUTOTUNE.apply(literal.source)
+    assert rw is not None
+    host = rw.source.split("def run")[1]
+    assert "num_warps" not in host and "num_warps=2" in rw.source.split("def run")[0], rw.diff
+    assert check(literal, rw.source) <= 1.0, rw.diff

@@ -254,3 +254,19 @@ def test_a_job_that_ran_out_of_gpu_memory_runs_again_alone_and_is_cached_only_if
     assert job.result.verdict == ("fail" if second_run_oom else "pass")
     assert job.cacheable is (not second_run_oom)
     assert runner.out_of_memory(job.result.gates) == (OOM if second_run_oom else None)
+
+
+def test_a_launch_keyword_that_an_autotune_config_also_sets_fails_on_cpu_as_triton_would(
+        validator: LocalValidator) -> None:
+    """Every ``triton.Config`` sets num_warps, num_stages and num_ctas; Triton's autotuner launches with
+    ``**kwargs, **config.all_kwargs()`` and raises on a launch that passes one of them too (seen on the H100:
+    an autotuned decode attention whose launch kept ``num_warps=...``). The pinned CPU run must fail it the
+    same way instead of letting the config override it."""
+    fixed = BROKEN_CONFIG.replace("triton.cdiv(x.shape[0], 2)", "x.shape[0]")
+    clashing = fixed.replace("BLOCK=triton.next_power_of_2(x.shape[1]))",
+                             "BLOCK=triton.next_power_of_2(x.shape[1]), num_warps=4)")
+    assert clashing != fixed
+    result = validator.validate(clashing, ROWSUM, gates=["correctness"])
+    failed = result.failed_gate
+    assert failed is not None and failed.gate == "correctness", result.gates
+    assert "num_warps" in failed.reason and "also sets" in failed.reason, failed.reason

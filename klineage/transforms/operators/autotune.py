@@ -242,8 +242,11 @@ class Autotune(Operator):
             if len(vals) == 1 and None not in vals:
                 meta[name] = vals.pop()  # type: ignore[assignment]
         meta_set = {n for c in planned for n in c if n in META}
-        if any(kwarg(la.call, n) is not None and n not in meta for la in lts for n in meta_set):
-            return None  # a launch computes warps/stages itself: do not override it silently
+        always_set = {"num_warps", "num_stages", "num_ctas"}  # by every triton.Config, defaults included
+        if any(kwarg(la.call, n) is not None and n not in meta for la in lts for n in always_set | meta_set):
+            # a launch computes warps/stages itself: Triton refuses a launch keyword that the config also sets
+            # (got multiple values), and overriding it silently would change what the launch chose
+            return None
         local_names: dict[str, str] = {}  # local var -> param
         edits: list[Edit] = []
         for la in lts:
