@@ -2,12 +2,16 @@
 rescaled running sum, instead of a max pass and a sum-of-exponentials pass.
 
 Recognised structurally: which names are the running statistics, which chunk loops (and tail
-branches) hold them.
+branches) hold them. Two forms are applied: a row softmax's max pass and sum-of-exp pass over the same
+chunks, and attention's (``WeightedPasses``: a max pass over key blocks, then a pass whose exp weights feed
+accumulators linear in them, as a decode attention's denominator and weighted sum of values), folded into
+the weighted pass with every accumulator rescaled by ``exp(m_old - m_new)``. simplify splits the row form.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +77,9 @@ def _running_max_loops(m: Module, k: Kernel) -> list[ast.For | ast.While]:
                 pairs |= {(new, old) for old in map(name_of, value.args) if old is not None and old != new}
                 # ``old = m; m = tl.maximum(m, ...)``: the rescale reads the saved copy
                 pairs |= {(new, saved) for saved, source in assigned if name_of(source) == new}
+        # a guarded copy of the new max (``safe = tl.where(new == -inf, 0, new)``) rescales as the new max does
+        pairs |= {(guard, old) for guard, value in assigned if tl_func(value, m.al) == "where"
+                  for new, old in set(pairs) if new in all_names([value])}
         if any(_is_exp(m, n) and any({new, old} <= all_names([n]) for new, old in pairs) for n in own):
             out.append(loop)
     return out
@@ -227,6 +234,183 @@ class TwoPass:
     parts: list[ChunkPair]
 
 
+@dataclass(frozen=True)
+class WeightedPasses:
+    """Attention's two-pass form: a max pass ``first`` (``run = tl.maximum(run, tl.max(R))`` at
+    ``max_index`` of its body) and a later loop ``second`` over the same chunks whose weights
+    ``p = exp(a - run)`` (or ``tl.where(c, exp(a - run), 0)``) feed accumulators ``X = X + T(p)``, ``T``
+    linear in one weight (a decode attention's ``denom`` and ``acc``). ``insert_at`` is the first statement
+    of ``second`` that reads ``run``; ``extras`` are the max pass's statements that ``second`` does not
+    compute before it, as ``(target, value text)`` renamed to fresh names, and ``reduced`` the max's argument
+    in those names."""
+
+    kernel: Kernel
+    first: ast.For
+    second: ast.For
+    run: str
+    insert_at: int
+    extras: tuple[tuple[str, str], ...]
+    reduced: str
+    weights: tuple[int, ...]
+    accumulators: tuple[tuple[int, str, ast.expr], ...]
+    exp_fn: str
+    factor: str | None
+
+
+def _assigned(stmts: Sequence[ast.stmt]) -> set[str]:
+    return {n.id for st in stmts for n in ast.walk(st) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _read(nodes: Sequence[ast.AST]) -> set[str]:
+    return {n.id for node in nodes for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _weight_exp(m: Module, value: ast.expr, run: str) -> ast.Call | None:
+    """The exp call of a weight definition ``exp(a - run)`` / ``tl.where(c, exp(a - run), 0)``, with ``a``
+    and ``c`` free of ``run``; None otherwise."""
+    if tl_func(value, m.al) == "where" and isinstance(value, ast.Call) and len(value.args) == 3:
+        cond, inner, other = value.args
+        if not (isinstance(other, ast.Constant) and other.value == 0) or uses([cond], {run}):
+            return None
+        value = inner
+    if not (isinstance(value, ast.Call) and _is_exp(m, value)):
+        return None
+    diff = _unscaled(value.args[0])
+    if not (isinstance(diff, ast.BinOp) and isinstance(diff.op, ast.Sub) and name_of(diff.right) == run
+            and not uses([diff.left], {run})):
+        return None
+    return value
+
+
+def _linear_in(m: Module, node: ast.expr, weights: set[str]) -> int | None:
+    """1 when ``node`` is linear in exactly one occurrence of a weight (products with weight-free factors,
+    indexing, casts, ``tl.sum`` / ``tl.dot`` of a linear operand), 0 when it reads no weight, None otherwise."""
+    if not uses([node], weights):
+        return 0
+    if isinstance(node, ast.Name):
+        return 1
+    if isinstance(node, ast.Subscript):
+        return _linear_in(m, node.value, weights) if not uses([node.slice], weights) else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div)):
+        left, right = _linear_in(m, node.left, weights), _linear_in(m, node.right, weights)
+        if isinstance(node.op, ast.Div):
+            return left if right == 0 else None
+        return 1 if {left, right} == {0, 1} else None
+    if isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "to" and not uses(node.args, weights):
+            return _linear_in(m, node.func.value, weights)
+        func = tl_func(node, m.al)
+        if func in ("sum", "dot") and not uses(node.keywords, weights):
+            degrees = [_linear_in(m, a, weights) for a in node.args]
+            known = [d for d in degrees if d is not None]
+            return 1 if len(known) == len(degrees) and sorted(known) == [0] * (len(known) - 1) + [1] else None
+    return None
+
+
+def weighted_passes(m: Module, k: Kernel, body: list[ast.stmt], i: int, taken: set[str]) -> WeightedPasses | None:
+    """The attention two-pass form starting at ``body[i]`` (see ``WeightedPasses``); None when the loops are
+    not exactly that. Conservative: every statement of both loops is a plain assignment (the accumulators may
+    be ``+=``), the max pass's names are not read after it but inside ``second`` (which recomputes them
+    first), and nothing but the weights reads ``run`` inside ``second``. ``taken``: names not to reuse."""
+    first = body[i]
+    if not isinstance(first, ast.For) or first.orelse or _header(m, first) is None:
+        return None
+    parts = _two_pass_parts(m, first.body)
+    if parts is None:
+        return None
+    max_index, run, reduced = parts
+    pass1 = [st for x, st in enumerate(first.body) if x != max_index]
+    if any(assign(st) is None for st in pass1) or uses(pass1, {run}):
+        return None
+    j = next((x for x in range(i + 1, len(body)) if _header(m, body[x]) == _header(m, first)), None)
+    if j is None:
+        return None
+    second = body[j]
+    between, after = body[i + 1:j], body[j + 1:]
+    if not isinstance(second, ast.For) or any(assign(st) is None for st in between) or uses(between, {run}):
+        return None
+    names1 = _assigned(pass1)
+    if _read(between) & names1 or _read(after) & (names1 - _assigned(second.body)):
+        return None
+    stmts = second.body
+    insert_at = next((x for x, st in enumerate(stmts) if uses([st], {run})), None)
+    if insert_at is None or insert_at == 0:
+        return None
+    pre, post = stmts[:insert_at], stmts[insert_at:]
+    pre_assigns = [assign(st) for st in pre]
+    if any(a is None for a in pre_assigns):
+        return None
+    pre_targets = [a[0] for a in pre_assigns if a is not None]
+    if len(set(pre_targets)) != len(pre_targets):
+        return None
+    pre_text = {a[0]: m.src.seg(a[1]) for a in pre_assigns if a is not None}
+    # a name of the max pass that pass 2 reads before assigning it would be pass 1's last value: not this form
+    seen: set[str] = set()
+    for st in stmts:
+        if (_read([st]) & names1) - seen:
+            return None
+        seen |= _assigned([st])
+    # the max pass's values in pass 2's names (shared when pass 2 computes the same), else fresh copies
+    mapping: dict[str, str] = {}
+    extras: list[tuple[str, str]] = []
+    invariant = _read(pass1) - names1 - {run}
+    if invariant & set(pre_targets) or _header(m, second) is None:
+        return None
+    used = set(taken)
+    for st in pass1:
+        target, value = assign(st)  # type: ignore[misc]
+        text = _sub_names(m, value, mapping)
+        if pre_text.get(target) == text and mapping.get(target, target) == target:
+            mapping[target] = target  # pass 2 computes the same value under the same name before the insert
+            continue
+        fresh = unique_name(m.src.tree, f"{target}_max")
+        while fresh in used:
+            fresh = f"{fresh}_"
+        used.add(fresh)
+        extras.append((fresh, text))
+        mapping[target] = fresh
+    reduced_text = _sub_names(m, reduced, mapping)
+    weights: list[int] = []
+    weight_names: set[str] = set()
+    accumulators: list[tuple[int, str, ast.expr]] = []
+    exp_forms: set[tuple[str, str | None]] = set()
+    for x, st in enumerate(post, start=insert_at):
+        if uses([st], {run}):
+            a = assign(st)
+            call = _weight_exp(m, a[1], run) if a is not None else None
+            if a is None or call is None or a[0] in weight_names:
+                return None
+            factor = _split_scale(call.args[0])[1]
+            exp_forms.add((m.src.seg(call.func), m.src.seg(factor) if factor is not None else None))
+            weights.append(x)
+            weight_names.add(a[0])
+            continue
+        if not uses([st], weight_names):
+            if _assigned([st]) & weight_names:
+                return None
+            continue
+        if isinstance(st, ast.AugAssign) and isinstance(st.op, ast.Add) and isinstance(st.target, ast.Name):
+            acc, term = st.target.id, st.value
+        else:
+            a = assign(st)
+            if a is None or not (isinstance(a[1], ast.BinOp) and isinstance(a[1].op, ast.Add)
+                                 and name_of(a[1].left) == a[0]):
+                return None
+            acc, term = a[0], a[1].right
+        if uses([term], {acc}) or _linear_in(m, term, weight_names) != 1:
+            return None
+        accumulators.append((x, acc, term))
+    if not weights or not accumulators or len(exp_forms) != 1:
+        return None
+    accs = {a for _, a, _ in accumulators}
+    for x, st in enumerate(stmts):
+        if x not in {y for y, _, _ in accumulators} and uses([st], accs):
+            return None  # an accumulator read or written elsewhere in the loop would see a rescaled value
+    (exp_fn, scale_text), = exp_forms
+    return WeightedPasses(k, first, second, run, insert_at, tuple(extras), reduced_text, tuple(weights),
+                          tuple(accumulators), exp_fn, scale_text)
+
+
 class OnlineSoftmax(Operator):
     """One pass over the column chunks with a running max and a rescaled running sum."""
 
@@ -243,7 +427,8 @@ class OnlineSoftmax(Operator):
     )
     anchor_predicate = "row_reduction and not online_softmax and n_loops >= 2"
     anchor_description = (
-        "a max pass followed by a sum-of-exp pass over the same column chunks (two reads of the row)"
+        "a max pass followed by a sum-of-exp pass over the same column chunks (two reads of the row), or by a "
+        "pass of exp-weighted sums over the same key blocks (attention: K read twice)"
     )
     params = (Param("kernel"),)
     record = "code"
@@ -363,6 +548,10 @@ class OnlineSoftmax(Operator):
             a = anchor("applicable", tp.body[tp.start], f"{k.name}: max pass then sum-of-exp pass", k)
             last = tp.body[tp.end - 1].end_lineno or a.end_line
             out.append(Anchor("applicable", a.start_line, last, a.description, k.name))
+        for wp in self._weighted(m):
+            k = wp.kernel
+            a = anchor("applicable", wp.first, f"{k.name}: max pass then a pass of exp-weighted sums", k)
+            out.append(Anchor("applicable", a.start_line, wp.second.end_lineno or a.end_line, a.description, k.name))
         return out
 
     # -- simplify: two passes
@@ -395,17 +584,55 @@ class OnlineSoftmax(Operator):
             inner.append(Edit(s - start, e - start, line(u, ind)))
         return apply_edits(m.src.text[start:end], inner)
 
+    def _weighted(self, m: Module) -> list[WeightedPasses]:
+        """Every attention two-pass form (``weighted_passes``) of the module's kernels."""
+        out = []
+        for k in m.kernels:
+            for body in bodies(k.node):
+                for i in range(len(body)):
+                    found = weighted_passes(m, k, body, i, set())
+                    if found is not None:
+                        out.append(found)
+        return out
+
+    def _apply_weighted(self, m: Module, wp: WeightedPasses) -> Rewrite | None:
+        """Fold the max pass into the weighted pass: before the first statement reading the max, the running
+        max over this chunk (pass 1's values, shared with pass 2 where it computes them too), a guarded copy
+        for the exponent, and the factor ``alpha`` that rescales every accumulator to the new max."""
+        run, stmts = wp.run, wp.second.body
+        new = unique_name(m.src.tree, f"{run}_new")
+        safe = unique_name(m.src.tree, f"{run}_safe")
+        alpha = unique_name(m.src.tree, "alpha")
+        ind = m.src.indent_of(stmts[wp.insert_at].lineno)
+        rescale = f"({run} - {safe}) * {wp.factor}" if wp.factor is not None else f"{run} - {safe}"
+        head = "".join(f"{ind}{name} = {text}\n" for name, text in wp.extras)
+        head += (f"{ind}{new} = {m.tl}.maximum({run}, {wp.reduced})\n"
+                 f"{ind}{safe} = {m.tl}.where({new} == -float(\"inf\"), 0.0, {new})  # no -inf - -inf\n"
+                 f"{ind}{alpha} = {wp.exp_fn}({rescale})\n")
+        at = stmt_span(m, stmts[wp.insert_at], stmts[wp.insert_at])[0]
+        edits = [Edit(*stmt_span(m, wp.first, wp.first), ""), Edit(at, at, head)]
+        for x in wp.weights:
+            value = stmts[x].value  # type: ignore[attr-defined]
+            edits.append(Edit(*m.src.span(value), _sub_names(m, value, {run: safe})))
+        for x, acc, term in wp.accumulators:
+            edits.append(Edit(*stmt_span(m, stmts[x], stmts[x]),
+                              f"{m.src.indent_of(stmts[x].lineno)}{acc} = {acc} * {alpha} + {m.src.seg(term)}\n"))
+        end = stmt_span(m, stmts[-1], stmts[-1])[1]
+        edits.append(Edit(end, end, f"{m.src.indent_of(stmts[-1].lineno)}{run} = {new}\n"))
+        try:
+            return self._edited(m, edits, {"kernel": wp.kernel.name}, "apply")
+        except ValueError:  # overlapping edits
+            return None
+
     def _apply(self, m: Module, kernel: str | None = None) -> Rewrite | None:
         """Fuse a max pass and the following sum-of-exp pass into one online pass; the subtracted max
         is guarded (``where(m_new == -inf, 0, m_new)``) so fully masked chunks give 0, not NaN.
         ``kernel`` restricts the fusion to that kernel. With the ``code`` simplify recorded, the
         expert's online update goes back exactly as written (guarded or not, its own names)."""
-        found = self._two_pass(m)
+        found = [f for f in self._two_pass(m) if kernel is None or f.kernel.name == kernel]
         if not found:
-            return None
-        found = [f for f in found if kernel is None or f.kernel.name == kernel]
-        if not found:
-            return None
+            weighted = [w for w in self._weighted(m) if kernel is None or w.kernel.name == kernel]
+            return self._apply_weighted(m, weighted[0]) if weighted else None
         tp = found[0]
         k, body, i, mid, end, parts = tp.kernel, tp.body, tp.start, tp.mid, tp.end, tp.parts
         run = _two_pass_parts(m, parts[0].first.body)[1]  # type: ignore[attr-defined,index]
