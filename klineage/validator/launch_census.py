@@ -55,11 +55,18 @@ def recording_launches(sm_count: int) -> Iterator[list[int]]:
     from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import JITFunction
 
-    counts: list[int] = []
-    saved = [(JITFunction, "run", JITFunction.run), (Autotuner, "run", Autotuner.run)]
+    try:  # under TRITON_INTERPRET=1 @triton.jit makes these instead of JITFunctions
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:  # pragma: no cover - every Triton we support has it
+        InterpretedFunction = None
 
-    def jit_run(self: JITFunction, *args: Any, grid: Any = None, warmup: bool = False, **kwargs: Any) -> None:
-        bound = {**dict(zip([p.name for p in self.params], args, strict=False)), **kwargs}
+    counts: list[int] = []
+    launchers: list[Any] = [JITFunction] + ([InterpretedFunction] if InterpretedFunction is not None else [])
+    saved = [(cls, "run", cls.run) for cls in launchers] + [(Autotuner, "run", Autotuner.run)]
+
+    def jit_run(self: Any, *args: Any, grid: Any = None, warmup: bool = False, **kwargs: Any) -> None:
+        names = [p.name for p in self.params] if hasattr(self, "params") else list(getattr(self, "arg_names", ()))
+        bound = {**dict(zip(names, args, strict=False)), **kwargs}
         counts.append(_grid_size(grid, bound))
 
     def autotune_run(self: Autotuner, *args: Any, **kwargs: Any) -> None:
@@ -69,7 +76,8 @@ def recording_launches(sm_count: int) -> Iterator[list[int]]:
         if len(counts) > before:
             counts[before:] = [max(counts[before:])]
 
-    JITFunction.run = jit_run
+    for cls in launchers:
+        cls.run = jit_run
     Autotuner.run = autotune_run
     if not torch.cuda.is_available():
         device = SimpleNamespace(multi_processor_count=sm_count, name="census")
