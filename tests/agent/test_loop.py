@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from klineage.agent import load_problem, optimize
 from klineage.agent.moves import Move, single
 from klineage.agent.state import AgentState
-from klineage.schema.gate_result import GATES, GateOutcome, GateResult
+from klineage.schema.gate_result import GATES, NO_GPU, GateOutcome, GateResult
 from klineage.schema.ids import kernel_sha
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,3 +183,34 @@ def test_klineage_optimize_says_what_is_wrong(tmp_path: Path) -> None:
     method = runner.invoke(app, ["optimize", str(ROOT / "heldout/rmsnorm/naive.py"), "-w",
                                  str(ROOT / "heldout/rmsnorm"), "--method", "magic"])
     assert method.exit_code == 2 and "expected one of" in method.output
+
+
+def test_planners_see_the_shapes_that_are_timed_or_the_gpu_grid_when_nothing_is() -> None:
+    """The grid census reasons about the shapes the performance gate times: the loop's ``shapes`` when a GPU
+    measured the start, the manifest's GPU grid otherwise (the CPU run's small shapes say nothing of a GPU)."""
+    problem = _problem()
+    small = list(problem.manifest.cpu_shapes)
+    seen: list[Any] = []
+
+    @dataclass
+    class Watching(ListPlanner):
+        def plan(self, state: AgentState) -> list[Move]:
+            seen.append(state.timed_shapes())
+            return super().plan(state)
+
+    optimize(problem, Watching(MOVES[:1]), ScriptedValidator(_speed), budget=1, shapes=small)
+    assert seen and seen[0] == tuple(small)  # the scripted validator times: the loop's shapes
+    seen.clear()
+    scripted = ScriptedValidator(_speed)
+
+    class Cpu:
+        """Answers as on a machine without a GPU: the performance gate skipped."""
+
+        def validate(self, *args: Any, **kwargs: Any) -> GateResult:
+            result = scripted.validate(*args, **kwargs)
+            gates = tuple(g if g.gate != "performance" else GateOutcome("performance", "skipped", "no GPU")
+                          for g in result.gates)
+            return GateResult(result.kernel_sha, NO_GPU, {}, gates, result.workload, result.date)
+
+    optimize(problem, Watching(MOVES[:1]), Cpu(), budget=1, shapes=small)
+    assert seen and seen[0] == tuple(problem.manifest.shapes)
