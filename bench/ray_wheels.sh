@@ -9,6 +9,11 @@
 #   bash bench/ray_wheels.sh
 #   run(command="... bash bench/device_call.sh ...", carry=[".eval", ".whl"])   # device_call.sh installs .whl
 #
+# The device tool copies the working tree and the carried paths, 64 MiB in all: with the committed gate caches (about
+# 29 MiB of tracked files in December 2026) and these wheels (38 MiB) that is too much. For a call that needs Ray
+# but not the caches (tests/validator/test_ray_gpu.py), move the *.sqlite files out of the tree before the call and
+# put them back after (`git checkout -- '*.sqlite'`).
+#
 # TARGET_PYTHON=3.11 builds them for another Python (to try them here). The version is the one this checkout's venv has (pyproject's ray extra), so both ends speak the same Ray.
 set -euo pipefail
 cd "$(dirname "$0")/.."
