@@ -34,7 +34,7 @@ from types import SimpleNamespace
 from typing import Any
 
 #: Seconds one census call may take (imports included) before its worker is killed.
-CENSUS_TIMEOUT_S = 120.0
+CENSUS_TIMEOUT_S = 60.0
 
 
 def _grid_size(grid: Any, bound: Mapping[str, Any]) -> int:
