@@ -91,10 +91,18 @@ def main() -> int:
               if int((r.get("options") or {}).get("timing_method", 1)) >= 2}
     trials: list[dict[str, Any]] = []
     missed = 0
+    seen: set[tuple[Any, ...]] = set()
     for row in latest.values():
         found, lost = trials_of(row, judged)
-        trials += found
         missed += lost
+        for trial in found:
+            # two runs that made the same kernel the same way read one measurement from the cache: one trial
+            # (the knowledge base's Application identity: skill, kernel, outcome, speedup, date)
+            key = (trial["operator"], kernel_sha(trial["kernel_source"]), trial["outcome"], trial.get("speedup"),
+                   trial["recorded_at"])
+            if key not in seen:
+                seen.add(key)
+                trials.append(trial)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("".join(json.dumps(t, sort_keys=True) + "\n" for t in trials), encoding="utf-8")
     print(f"{len(trials)} trials from {len(latest)} runs (timing method 2) -> {args.output}; "
