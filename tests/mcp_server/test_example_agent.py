@@ -37,7 +37,7 @@ def test_example_agent_optimizes_a_heldout_kernel(kb_dir: Path, tmp_path: Path) 
         proc = subprocess.run([sys.executable, "examples/agent_over_mcp.py", "heldout/masked_softmax/naive.py",
                                "--workload", "masked_softmax", "--validator-url", f"http://127.0.0.1:{port}",
                                "--budget", "1", "--output", str(out)],
-                              cwd=ROOT, env=server_env(kb_dir), capture_output=True, text=True, timeout=240)
+                              cwd=ROOT, env=server_env(kb_dir), capture_output=True, text=True, timeout=480)
     finally:
         validator.terminate()
         validator.wait(20)
