@@ -13,8 +13,9 @@ from klineage.agent.moves import single
 from klineage.agent.planners import LineagePlanner
 from klineage.agent.state import AgentState
 from klineage.kb.service import KnowledgeBase
-from klineage.validator.harness import load_reference
-from klineage.validator.launch_census import census_in_worker, count_programs
+
+# The validator's modules import triton: they are imported inside the tests, never at collection, because
+# tests/transforms/conftest.py must set TRITON_INTERPRET=1 before anything in the session imports triton.
 
 ROOT = Path(__file__).resolve().parents[2]
 COLUMN_SUM = ROOT / "heldout" / "column_sum"
@@ -51,6 +52,9 @@ def _module(tmp_path: Path, source: str, name: str):
 def test_the_census_counts_each_launchs_programs_without_inputs_in_memory(tmp_path: Path) -> None:
     """The naive column sum launches one program per 128 columns; a 3 x 33554432 input (192 MiB in bf16)
     costs nothing: the tensors are fake."""
+    from klineage.validator.harness import load_reference
+    from klineage.validator.launch_census import count_programs
+
     reference = load_reference(COLUMN_SUM / "reference.py")
     module = _module(tmp_path, (COLUMN_SUM / "naive.py").read_text(), "census_column_sum")
     shapes = [{"M": 100000, "N": 1000}, {"M": 3, "N": 33554432}, {"M": 8192, "N": 8191}]
@@ -58,6 +62,9 @@ def test_the_census_counts_each_launchs_programs_without_inputs_in_memory(tmp_pa
 
 
 def test_an_autotuned_launch_counts_with_its_largest_grid_and_a_persistent_one_with_the_sms(tmp_path: Path) -> None:
+    from klineage.validator.harness import load_reference
+    from klineage.validator.launch_census import count_programs
+
     reference = load_reference(COLUMN_SUM / "reference.py")
     tuned = _module(tmp_path, ELEMENTWISE, "census_tuned")
     # 1000 x 64 elements: cdiv(64000, 64) programs under the BLOCK=64 config, 63 under BLOCK=1024
@@ -74,6 +81,9 @@ def test_an_autotuned_launch_counts_with_its_largest_grid_and_a_persistent_one_w
 
 
 def test_host_code_that_reads_a_value_gives_no_count(tmp_path: Path) -> None:
+    from klineage.validator.harness import load_reference
+    from klineage.validator.launch_census import count_programs
+
     reference = load_reference(COLUMN_SUM / "reference.py")
     reads = ELEMENTWISE.replace("n = x.numel()", "n = int(x.abs().max().item()) + x.numel()")
     module = _module(tmp_path, reads, "census_reads")
@@ -81,6 +91,8 @@ def test_host_code_that_reads_a_value_gives_no_count(tmp_path: Path) -> None:
 
 
 def test_the_census_worker_answers_for_every_source_and_a_broken_one_gets_none() -> None:
+    from klineage.validator.launch_census import census_in_worker
+
     source = (COLUMN_SUM / "naive.py").read_text()
     shapes = [{"M": 100000, "N": 1000}, {"M": 65536, "N": 4096}]
     assert census_in_worker(COLUMN_SUM / "reference.py", shapes, "bf16", 132, [source, "def run(:"]) == \
@@ -128,6 +140,8 @@ def test_the_klineage_plan_of_a_column_sum_starts_with_the_move_that_fills_the_g
 
 @pytest.mark.parametrize("name", ["bmm", "decode_attention", "rope", "group_norm", "matmul_tn"])
 def test_the_census_counts_every_shape_of_held_out_kernels(name: str) -> None:
+    from klineage.validator.launch_census import census_in_worker
+
     problem = load_problem(None, ROOT / "heldout" / name)
     shapes = problem.manifest.shapes
     (programs,) = census_in_worker(problem.manifest.reference_path, shapes, problem.manifest.dtypes[0], 132,
