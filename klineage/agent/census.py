@@ -56,11 +56,16 @@ def grid_fill(programs: Sequence[int | None], sm_count: int) -> float | None:
     return math.exp(sum(math.log(min(1.0, p / sm_count)) for p in known) / len(known))
 
 
+def underfilled(fill: float | None) -> bool:
+    """Whether a kernel of grid fill ``fill`` leaves most SMs idle (unknown fill: no)."""
+    return fill is not None and fill < UNDERFILLED
+
+
 def by_parallelism(moves: Sequence[Move], current: float | None, fills: Mapping[str, float | None]
                    ) -> list[Move]:
     """``moves`` reordered for a kernel of fill ``current`` (see the module docstring); ``fills`` maps a
     move's key to the fill of its candidate (absent or None: unknown, the move keeps its place)."""
-    if current is None or current >= UNDERFILLED:
+    if current is None or not underfilled(current):
         return list(moves)
     raising: list[tuple[float, int, Move]] = []
     keep: list[Move] = []
@@ -113,7 +118,7 @@ class GridCensus:
         """``moves`` on ``source`` by ``by_parallelism``: the census of the moves' candidates is taken only
         when the kernel underfills the GPU."""
         (current,) = self.fills([source])
-        if current is None or current >= UNDERFILLED:
+        if not underfilled(current):
             return list(moves)
         sha = kernel_sha(source)
         made: dict[str, str] = {}

@@ -121,26 +121,23 @@ def census_request(reference: Path, shapes: Sequence[Mapping[str, Any]], dtype: 
 
 def serve_census(request_path: Path, out_path: Path) -> int:
     """Worker side: read a ``census_request`` document, write ``{"programs": [[count or null per shape] per
-    source], "errors": [message or null per source]}``. Returns the exit code."""
-    from klineage.validator.harness import load_candidate, load_reference, one_line
+    source]}`` (a source that does not load: all null). Returns the exit code."""
+    from klineage.validator.harness import load_candidate, load_reference
 
     request = json.loads(request_path.read_text())
     reference = load_reference(Path(request["reference"]))
     programs: list[list[int | None]] = []
-    errors: list[str | None] = []
     for i, source in enumerate(request["sources"]):
         path = request_path.parent / f"census_candidate_{i}.py"
         path.write_text(source)
         try:
             module = load_candidate(path, f"klineage_census_{i}")
-        except Exception as exc:
+        except Exception:
             programs.append([None] * len(request["shapes"]))
-            errors.append(one_line(exc))
             continue
         programs.append(count_programs(module.run, reference.make_inputs, request["shapes"], request["dtype"],
                                        request["sm_count"]))
-        errors.append(None)
-    out_path.write_text(json.dumps({"programs": programs, "errors": errors}))
+    out_path.write_text(json.dumps({"programs": programs}))
     return 0
 
 
