@@ -32,6 +32,7 @@ Prints a table and, with ``--out``, writes the figures as JSON with the machine,
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import platform
@@ -140,7 +141,7 @@ def _concurrent_candidates(workloads: list[str]) -> list[tuple[str, str, Path, l
     return out
 
 
-def _concurrent(jobs: int, workloads: list[str], modes: list[str]) -> dict[str, Any]:
+def _concurrent(jobs: int, workloads: list[str], modes: list[str], profile: Path | None = None) -> dict[str, Any]:
     """Candidates per minute, ``jobs`` side by side, for each device-lock mode (see the module docstring)."""
     from klineage.validator.device_lock import set_timing_batches
 
@@ -151,21 +152,27 @@ def _concurrent(jobs: int, workloads: list[str], modes: list[str]) -> dict[str, 
             raise SystemExit(f"--lock-modes: {mode!r} is not a mode (expected batched or per-run)")
         set_timing_batches(mode == "batched")
         try:
-            rows, span, info = _concurrent_run(jobs, candidates, mode)
+            rows, span, info = _concurrent_run(jobs, candidates, mode, profile)
         finally:
             set_timing_batches(True)
         out.update(device=info.gpu, versions=info.versions)
         walls = [r["wall_s"] for r in rows]
+        gate_walls: dict[str, list[float]] = {}
+        for row in rows:
+            for gate, m in row["gates"].items():
+                gate_walls.setdefault(gate, []).append(float(m["gate_wall_s"]))
         out["modes"][mode] = {"span_s": span, "candidates_per_minute": 60.0 * len(rows) / span,
                               "candidate_p50_s": statistics.median(walls), "candidate_p90_s": _quantile(walls, 0.9),
+                              "gate_p50_s": {g: statistics.median(v) for g, v in gate_walls.items()},
                               "held_alone_share": sum(r["held_alone_s"] for r in rows) / span, "rows": rows}
     return out
 
 
 def _concurrent_run(jobs: int, candidates: list[tuple[str, str, Path, list[dict[str, Any]] | None]],
-                    tag: str) -> tuple[list[dict[str, Any]], float, Any]:
+                    tag: str, profile: Path | None = None) -> tuple[list[dict[str, Any]], float, Any]:
     """Every candidate through one ``LocalValidator`` on a fresh warm pool, ``jobs`` at a time: (one row per
-    candidate, seconds for all of them, the device)."""
+    candidate with its gates' wall time and split, seconds for all of them, the device). With ``jobs`` 1 and
+    ``profile``, the trusted side's work is profiled (cProfile) into that file."""
     from concurrent.futures import ThreadPoolExecutor
 
     from klineage.validator import LocalValidator
@@ -185,12 +192,23 @@ def _concurrent_run(jobs: int, candidates: list[tuple[str, str, Path, list[dict[
             perf = result.gate("performance")
             return {"label": c[0], "verdict": result.verdict, "wall_s": time.monotonic() - start,
                     "held_alone_s": sum(float(g.metrics.get("held_alone_s") or 0.0) for g in result.gates),
-                    "speedup": perf.metrics.get("geomean_speedup") if perf else None}
+                    "speedup": perf.metrics.get("geomean_speedup") if perf else None,
+                    "gates": {g.gate: {k: g.metrics[k] for k in ("gate_wall_s", *SPLIT) if k in g.metrics}
+                              for g in result.gates if "gate_wall_s" in g.metrics}}
 
         one(candidates[0])  # warm-up: workers started, imports done
         began = time.monotonic()
-        with ThreadPoolExecutor(jobs) as executor:
-            rows = list(executor.map(one, candidates))
+        if jobs == 1:  # one at a time in this thread, so that --profile sees the trusted side's work
+            profiler = cProfile.Profile() if profile else None
+            if profiler:
+                profiler.enable()
+            rows = [one(c) for c in candidates]
+            if profiler:
+                profiler.disable()
+                profiler.dump_stats(str(profile))
+        else:
+            with ThreadPoolExecutor(jobs) as executor:
+                rows = list(executor.map(one, candidates))
         return rows, time.monotonic() - began, info
     finally:
         pool.shutdown()
@@ -337,16 +355,21 @@ def main() -> int:
                         "held-out kernels and their rewrites, per device-lock mode (see --lock-modes)")
     parser.add_argument("--workloads", default=CONCURRENT_WORKLOADS, help="with --concurrent: held-out workloads")
     parser.add_argument("--lock-modes", default="per-run,batched", help="with --concurrent: batched, per-run")
+    parser.add_argument("--profile", type=Path, help="with --concurrent 1: cProfile the trusted side into this file "
+                        "(read it with python -m pstats)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.concurrent:
-        found = _concurrent(args.concurrent, args.workloads.split(","), args.lock_modes.split(","))
+        if args.profile and args.concurrent != 1:
+            raise SystemExit("--profile: only with --concurrent 1 (the jobs must run in the profiled thread)")
+        found = _concurrent(args.concurrent, args.workloads.split(","), args.lock_modes.split(","), args.profile)
         print(f"{len(found['candidates'])} candidates, {found['jobs']} at a time, on {found.get('device')}")
         for mode, m in found["modes"].items():
             verdicts = [r["verdict"] for r in m["rows"]]
             print(f"  {mode:<8} {m['candidates_per_minute']:6.1f} candidates/minute, p50 {m['candidate_p50_s']:.1f} s, "
                   f"p90 {m['candidate_p90_s']:.1f} s, GPU held alone {100 * m['held_alone_share']:.0f} % of "
                   f"{m['span_s']:.0f} s, {verdicts.count('pass')}/{len(verdicts)} pass")
+            print("    gate p50 s: " + ", ".join(f"{g} {v:.2f}" for g, v in m["gate_p50_s"].items()))
         if len(found["modes"]) == 2:
             a, b = (found["modes"][m] for m in ("per-run", "batched"))
             same = [(x["label"], x["speedup"], y["speedup"]) for x, y in zip(a["rows"], b["rows"], strict=True)
