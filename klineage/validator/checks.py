@@ -323,8 +323,8 @@ def _correctness_case(runner: CandidateRunner, reference: Any, shape: dict, dtyp
         worst[dtype] = max(worst.get(dtype, 0.0), rel)
     return None
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+def _bits(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return t.detach().to(device).contiguous().reshape(-1).view(torch.uint8)
 
 
 def _same_bits(a: Any, b: Any) -> bool:
@@ -333,7 +333,9 @@ def _same_bits(a: Any, b: Any) -> bool:
         return False
     for x, y in zip(fa, fb, strict=True):
         if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            if x.shape != y.shape or x.dtype != y.dtype or not torch.equal(_bits(x), _bits(y)):
+            # compared where both live (a GPU's tensors never copied to the host), else on the host
+            where = x.device if x.device == y.device else torch.device("cpu")
+            if x.shape != y.shape or x.dtype != y.dtype or not torch.equal(_bits(x, where), _bits(y, where)):
                 return False
         elif isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor) or x != y:
             return False

@@ -46,11 +46,14 @@ LAUNCHES = {
     "add-minus-one": "k[((n + 64 - 1) // 64,)](a, y, n, BLOCK=64)",
     "named-local": "BLOCK = 64\n    grid = (triton.cdiv(n, BLOCK),)\n    k[grid](a, y, n, BLOCK=BLOCK)",
     "other-local": "B = 64\n    grid = (triton.cdiv(n, B),)\n    k[grid](a, y, n, BLOCK=64)",
+    # a host local divided by a constant that is no tile (a packed layout's half): it counts no tiles
+    "packed-local": "m = (2 * n) // 2\n    k[(triton.cdiv(m, 64),)](a, y, m, BLOCK=64)",
 }
 REFUSED = {
     "floor-div": "k[(n // 64,)](a, y, n, BLOCK=64)",
     "other-literal": "k[(triton.cdiv(n, 32),)](a, y, n, BLOCK=64)",
     "hidden-in-a-local": "tiles = triton.cdiv(n, 64)\n    k[(tiles,)](a, y, n, BLOCK=64)",
+    "tile-division-in-a-local": "tiles = (n + 63) // 64\n    k[(tiles,)](a, y, n, BLOCK=64)",
 }
 
 

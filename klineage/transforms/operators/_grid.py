@@ -129,17 +129,26 @@ def grid_divs(m: Module, la: Launch) -> list[GridDiv] | None:
             claimed |= {id(x) for x in ast.walk(n.right)} | {id(x) for x in ast.walk(n.left)} - {
                 id(x) for x in ast.walk(dim)
             }
-    # a host local the grid reads that itself divides by a constant (tiles = cdiv(M, 32) * ...)
+    # a host local the grid reads that itself divides by a tile (tiles = cdiv(M, 32) * ...); a local that
+    # divides by a constant no launch argument carries (N = two_n // 2: a packed layout) counts no tiles
     if la.func is not None:
+        tiles = _launch_ints(la)
         for name in {x.id for x in ast.walk(node) if isinstance(x, ast.Name)} - inner:
             local = single_value(la.func, name)
             if local is not None and any(
                 (isinstance(x, ast.Call) and triton_func(x, m.al) == "cdiv")
-                or (isinstance(x, ast.BinOp) and isinstance(x.op, (ast.FloorDiv, ast.Div)))
+                or (isinstance(x, ast.BinOp) and isinstance(x.op, (ast.FloorDiv, ast.Div))
+                    and (_int_of(x.right, la) is None or _int_of(x.right, la) in tiles))
                 for x in ast.walk(local)
             ):
                 return None
     return out
+
+
+def _launch_ints(la: Launch) -> set[int]:
+    """The int values the launch passes (literals, or host names bound once to one): its tile sizes among them."""
+    values = [*la.call.args, *(kw.value for kw in la.call.keywords)]
+    return {v for v in (_int_of(a, la) for a in values if not isinstance(a, ast.Starred)) if v is not None}
 
 
 def _ceil_numerator(left: ast.expr, v: int, la: Launch) -> ast.expr | None:
