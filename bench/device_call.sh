@@ -14,7 +14,8 @@
 # arguments after them (e.g. --instances bmm,rmsnorm or --methods greedy --budget 5).
 # PRE_TESTS="tests/hostile/test_hostile_gpu.py ..." runs those GPU tests first (their verdicts land in $OUT).
 # CONCURRENT="8 --workloads rmsnorm,bmm,column_sum" then measures the device lock per-run vs batched in one run.
-# SOLO="rmsnorm,bmm" then times held-out candidates one at a time, split by gate, with a profile of the trusted side.
+# SOLO="rmsnorm,bmm" then times held-out candidates one at a time, split by gate, with a profile of the trusted side
+# (SOLO_BEFORE="KLINEAGE_VALIDATOR_IPC_INPUTS=0": the same first under that environment).
 # SWEEP="20" then compares the autotune sweep at 20 ms per config with Triton's default (bench/autotune_sweep.py):
 # the evidence --autotune-rep-ms needs before the evaluation may use it. When every candidate there agrees within
 # 2 % the evaluation of this call runs with --autotune-rep-ms 20 (its rows say so in their options); otherwise
@@ -56,10 +57,20 @@ if [ -n "${CONCURRENT:-}" ]; then
 fi
 if [ -n "${SOLO:-}" ]; then
   # one candidate at a time on a warm pool (held-out kernels and their rewrites), seconds per gate, and a
-  # cProfile of the trusted side (read it with python -m pstats): where a lone candidate's time goes
+  # cProfile of the trusted side (read it with python -m pstats): where a lone candidate's time goes.
+  # SOLO_BEFORE="VAR=value ..." runs it first under that environment (a change turned off: the figures
+  # before and after in one call)
+  if [ -n "${SOLO_BEFORE:-}" ]; then
+    echo "before ($SOLO_BEFORE):" | tee -a "$OUT/checks.log"
+    # shellcheck disable=SC2086
+    env $SOLO_BEFORE timeout 300 python3 bench/validator.py --no-http --cpu-jobs 0 --concurrent 1 \
+      --lock-modes batched --workloads "$SOLO" --out "$OUT/validator-solo-before.json" 2>&1 \
+      | tail -3 | tee -a "$OUT/checks.log"
+    echo "after:" | tee -a "$OUT/checks.log"
+  fi
   timeout 300 python3 bench/validator.py --no-http --cpu-jobs 0 --concurrent 1 --lock-modes batched \
     --workloads "$SOLO" --profile "$OUT/validator-solo.pstats" --out "$OUT/validator-solo.json" 2>&1 \
-    | tail -4 | tee -a "$OUT/checks.log"
+    | tail -3 | tee -a "$OUT/checks.log"
 fi
 SWEEP_ARGS=()
 if [ -n "${USE_SWEEP:-}" ]; then

@@ -7,6 +7,10 @@ current kernel (its operators do not recognise the code) or that would produce a
 validated costs no call. The returned best kernel has passed every gate; the starting kernel is
 validated once, outside the budget, and is the answer when nothing better passed.
 
+A verdict that failed only because the GPU ran out of memory beside other jobs (``crowded_out``: the
+validator already retried it with the GPU to itself, and did not cache it) judges the crowd, not the
+candidate: the candidate is asked for again, up to ``CROWDED_RETRIES`` times, before it counts as failed.
+
 Without a GPU the performance gate is skipped: candidates are kept when they pass the checking gates
 and the planner expected them to help (expected gain ≥ 1), and every report line says that nothing
 was measured.
@@ -14,6 +18,7 @@ was measured.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -25,9 +30,14 @@ from klineage.agent.state import AgentState, Attempt
 from klineage.schema.gate_result import GATES, GateResult
 from klineage.schema.ids import kernel_sha
 from klineage.schema.records import skill_id
+from klineage.validator import crowded_out
 
 #: A candidate is kept only when it beats the best by more than timing noise.
 MIN_GAIN = 0.01
+#: Times a candidate is judged again after a verdict the GPU's memory shortage made (see the docstring).
+CROWDED_RETRIES = 2
+#: Seconds between those tries (the other jobs' cases finish and give their memory back meanwhile).
+CROWDED_PAUSE_S = 20.0
 
 Progress = Callable[[str], None]
 
@@ -62,7 +72,19 @@ def optimize(problem: Problem, planner: Planner, validator: Any, budget: int = 1
         raise ValueError(f"budget: expected a number of calls >= 0, got {budget}")
     say = progress or (lambda line: None)
     workload = problem.manifest.directory
-    start_result = validator.validate(problem.source, workload, GATES, shapes)
+
+    def judge(source: str) -> GateResult:
+        result = validator.validate(source, workload, GATES, shapes)
+        for _ in range(CROWDED_RETRIES):
+            if not crowded_out(result):
+                break
+            say(f"out of GPU memory beside other jobs (not the candidate's failure): judged again in "
+                f"{CROWDED_PAUSE_S:.0f} s")
+            time.sleep(CROWDED_PAUSE_S)
+            result = validator.validate(source, workload, GATES, shapes)
+        return result
+
+    start_result = judge(problem.source)
     start = measure(start_result)
     # on a GPU every candidate is timed, even when the start failed a gate (then the first pass is kept)
     measured = start.speedup is not None or start_result.on_gpu
@@ -86,7 +108,7 @@ def optimize(problem: Problem, planner: Planner, validator: Any, budget: int = 1
         move, made = candidate
         sha = kernel_sha(made.source)
         seen.add(sha)
-        gate_result = validator.validate(made.source, workload, GATES, shapes)
+        gate_result = judge(made.source)
         result = measure(gate_result)
         accepted = _better(result, best, move.expected_gain, measured)
         attempt = Attempt(len(state.attempts) + 1, move, made.applied, sha, result.verdict, result.failed_gate,

@@ -18,7 +18,7 @@ from klineage.schema.gate_result import GATES, GateOutcome, GateResult
 from klineage.validator.client import HttpValidator, LocalValidator, ValidatorClient, ValidatorUnavailable
 from klineage.validator.factory import make_validator
 from klineage.validator.ray_backend import RayValidator
-from klineage.validator.runner import ValidationRequestError
+from klineage.validator.runner import ValidationRequestError, crowded_out
 
 __all__ = ["GATES", "GateOutcome", "GateResult", "HttpValidator", "LocalValidator", "RayValidator",
-           "ValidationRequestError", "ValidatorClient", "ValidatorUnavailable", "make_validator"]
+           "ValidationRequestError", "ValidatorClient", "ValidatorUnavailable", "crowded_out", "make_validator"]

@@ -7,6 +7,12 @@ process keeps the peak of its largest case cached, and a job with large shapes t
 ``OutOfMemoryError`` on a GPU whose memory is mostly idle cache (seen on the 80 GB H100 with
 group_norm and an 8192 x 16384 GEMM). Each process therefore gives back what it holds beyond a small
 allowance after every request.
+
+Tensors a process sent through CUDA IPC (``ipc.py``) and then freed wait in PyTorch's IPC limbo until the
+receiver's reference is counted down, and are only collected when asked (or when an allocation fails in
+that very process): with thousands of shared inputs and outputs a trusted process held such blocks while
+other processes ran out ("Producer process tried to deallocate over 1000 memory blocks referred by
+consumer processes", H100, 2026-12-07). Each release collects them first.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ def release_idle_memory(torch: Any, keep_bytes: int = IDLE_KEEP_BYTES) -> int:
     try:
         if not torch.cuda.is_available() or not torch.cuda.is_initialized():
             return 0
+        torch.cuda.ipc_collect()  # blocks shared through CUDA IPC that the receiver has let go of
         before = torch.cuda.memory_reserved()
         if before - torch.cuda.memory_allocated() <= keep_bytes:
             return 0

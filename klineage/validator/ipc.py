@@ -35,6 +35,13 @@ def enabled() -> bool:
     return os.environ.get("KLINEAGE_VALIDATOR_IPC", "1") != "0"
 
 
+def inputs_enabled() -> bool:
+    """Whether inputs a worker sends back (the integrity gate's unchanged-inputs check) may come through
+    IPC too (``KLINEAGE_VALIDATOR_IPC_INPUTS`` is not ``0``; through the socket they cost a GPU → host →
+    pickle round of every input: most of a small candidate's integrity gate, H100 2026-12-07)."""
+    return enabled() and os.environ.get("KLINEAGE_VALIDATOR_IPC_INPUTS", "1") != "0"
+
+
 def _b64(data: bytes | None) -> str | None:
     return base64.b64encode(data).decode("ascii") if data else None
 

@@ -334,6 +334,19 @@ class WorkerPool:
                 self._forget(worker)
             self._cond.notify_all()
 
+    def retire_idle(self, gpu_only: bool = True) -> int:
+        """Kill the idle workers (only those that may hold a GPU context with ``gpu_only``) and return how
+        many: their CUDA contexts and cached blocks go back to the driver (for a job that ran out of device
+        memory beside others, ``runner.validate_job``). Busy workers are left alone."""
+        with self._cond:
+            gone = [w for mode, idle in self._idle.items() if not (gpu_only and (mode.interpret or mode.cpu_only))
+                    for w in idle]
+            for mode in list(self._idle):
+                self._idle[mode] = [w for w in self._idle[mode] if w not in gone]
+            for worker in gone:
+                self._forget(worker)
+        return len(gone)
+
     def shutdown(self) -> None:
         """Kill every worker (idle or busy) and remove the pool's folder."""
         with self._cond:

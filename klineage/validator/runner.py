@@ -302,6 +302,7 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
             outcomes.update(static)
             with device_lock(_device_string(device, visible_devices)).alone():
                 _release_trusted_memory(keep_bytes=0)
+                notes["idle_workers_retired"] = (pool or default_pool()).retire_idle(gpu_only=True)
                 lost_gate = run_gates()
         if lost_gate or (crowded and out_of_memory(outcomes.values())):
             cacheable = False
@@ -314,6 +315,12 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
 
 
 _OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")
+
+
+def crowded_out(result: GateResult) -> bool:
+    """Whether ``result`` failed only because the GPU ran out of memory (the crowd's failure, not the
+    candidate's: ``out_of_memory``). Such a result is never cached; a caller may ask again later."""
+    return result.verdict != "pass" and out_of_memory(result.gates) is not None
 
 
 def out_of_memory(outcomes: Iterable[GateOutcome]) -> str | None:

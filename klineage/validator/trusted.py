@@ -148,6 +148,9 @@ class RemoteCandidate:
             raise CandidateError("the worker's IPC answer is malformed")
         try:
             items = ipc.receive(shared.get("meta"), self.device)
+            body = unpack(blob) if blob else {}
+            if isinstance(body, dict) and shared.get("inputs") is not None:
+                body["inputs"] = self._shared_inputs(shared["inputs"], body.get("inputs"))
         except ipc.IpcError:
             self.ipc = False
             _, again = self._ask({"op": "resend"})
@@ -156,10 +159,27 @@ class RemoteCandidate:
             else list(items)
         if shared["form"] == "tensor" and len(items) != 1:
             raise CandidateError("the worker's IPC answer is malformed")
-        body = unpack(blob) if blob else {}
         if not isinstance(body, dict):
             raise CandidateError("the worker's answer is malformed")
         return {**body, "out": out}
+
+    def _shared_inputs(self, shared: Any, rest: Any) -> list[Any]:
+        """The returned inputs: the tensors mapped through CUDA IPC put back in their places of ``rest``
+        (the payload's inputs, None where a tensor went through IPC)."""
+        if not isinstance(shared, dict) or not isinstance(rest, list | tuple):
+            raise CandidateError("the worker's IPC answer is malformed")
+        positions = shared.get("positions")
+        if (not isinstance(positions, list) or len(set(positions)) != len(positions)
+                or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(rest)
+                           and rest[i] is None for i in positions)):
+            raise CandidateError("the worker's IPC answer is malformed")
+        tensors = ipc.receive(shared.get("meta"), self.device)  # IpcError: the caller asks through the socket
+        if len(tensors) != len(positions):
+            raise CandidateError("the worker's IPC answer is malformed")
+        out = list(rest)
+        for i, t in zip(positions, tensors, strict=True):
+            out[i] = t
+        return out
 
     def _result(self, reply: dict[str, Any], blob: bytes) -> CallResult:
         try:
@@ -181,7 +201,8 @@ class RemoteCandidate:
     def call(self, slot: str, inputs: Sequence[Any] | None = None, config: int | None = None,
              return_inputs: bool = False) -> CallResult:
         """``run`` in the worker on ``inputs`` (None: the slot's tensors again); see CandidateRunner."""
-        header = {"op": "call", "slot": slot, "config": config, "return_inputs": return_inputs}
+        header = {"op": "call", "slot": slot, "config": config, "return_inputs": return_inputs,
+                  "ipc_inputs": return_inputs and ipc.inputs_enabled()}
         if inputs is not None:
             reply, blob = self._send_inputs(header, inputs)
         else:

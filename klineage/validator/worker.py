@@ -238,7 +238,8 @@ class Server:
     def _answer(self, header: dict[str, Any], body: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         """The reply fields and payload that carry ``body`` (``out`` and maybe ``inputs``) back: the output
         through CUDA IPC when the trusted side accepts it and it is one tensor or a flat tuple/list of
-        them (held here until the next request), everything else through the socket."""
+        them (held here until the next request), and so are the tensors among returned inputs (their
+        places left None in the payload); everything else through the socket."""
         from klineage.validator.channel import pack
 
         self.held = None
@@ -256,8 +257,27 @@ class Server:
                 if meta is not None:
                     self.held = body
                     rest = {k: v for k, v in body.items() if k != "out"}
-                    return {"ipc_out": {"form": form, "meta": meta}}, pack(rest) if rest else b""
+                    fields: dict[str, Any] = {"form": form, "meta": meta}
+                    if "inputs" in rest and header.get("ipc_inputs"):
+                        shared_inputs = self._share_inputs(rest["inputs"])
+                        if shared_inputs is not None:
+                            fields["inputs"], rest["inputs"] = shared_inputs
+                    return {"ipc_out": fields}, pack(rest) if rest else b""
         return {}, pack(body)
+
+    def _share_inputs(self, inputs: Any) -> tuple[dict[str, Any], list[Any]] | None:
+        """The tensors among ``inputs`` described for CUDA IPC ({"positions", "meta"}) and the inputs with
+        those places None; None when there is no such tensor or one cannot be shared."""
+        from klineage.validator.ipc import IpcError, share
+
+        positions = [i for i, x in enumerate(inputs) if isinstance(x, self.torch.Tensor)]
+        if not positions:
+            return None
+        try:
+            meta = share([inputs[i] for i in positions])
+        except IpcError:
+            return None
+        return {"positions": positions, "meta": meta}, [None if i in positions else x for i, x in enumerate(inputs)]
 
     def op_resend(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         """The last answer's body again, through the socket (after an IPC mapping failed on the trusted side)."""

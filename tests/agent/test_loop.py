@@ -125,6 +125,50 @@ def test_on_a_gpu_a_failed_start_still_leaves_every_candidate_timed() -> None:
     assert next(a for a in report.trajectory if a.accepted) is passed[0]  # the first pass is kept: nothing to beat
 
 
+def test_a_verdict_the_gpu_memory_shortage_made_is_asked_again_not_blamed_on_the_candidate(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from klineage.agent import loop
+
+    monkeypatch.setattr(loop, "CROWDED_PAUSE_S", 0.0)
+    shortage = "correctness could not complete: OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB"
+    tries: dict[str, int] = {}
+
+    @dataclass
+    class Crowded(ScriptedValidator):
+        """Runs out of device memory on the first try of every int64 candidate, and always on num_warps 16."""
+
+        def validate(self, source: str, workload: Any, gates: Any = GATES, shapes: Any = None) -> GateResult:
+            tries[source] = tries.get(source, 0) + 1
+            if ("int64" in source and tries[source] == 1) or "num_warps=16" in source:
+                self.calls.append(source)
+                gates_ = (GateOutcome("static", "pass", "ok"), GateOutcome("compile", "pass", "ok"),
+                          GateOutcome("correctness", "fail", shortage))
+                return GateResult(kernel_sha(source), "scripted", {}, gates_, "rmsnorm", "2026-12-07")
+            return super().validate(source, workload, gates, shapes)
+
+    validator = Crowded(_speed)
+    report = optimize(_problem(), ListPlanner([single("int64-offsets"), single("num-warps", {"num_warps": 16})]),
+                      validator, budget=5)
+    first, second = report.trajectory
+    assert first.verdict == "pass" and first.accepted  # judged again after the shortage: it passed
+    assert second.verdict == "fail" and second.failed_gate == "correctness"  # short every time: counted failed
+    assert report.calls_used == 2  # the retries are the same call of the budget
+    assert [tries[s] for s in tries if "int64" in s and "num_warps=16" not in s] == [2]
+    assert max(tries.values()) == 1 + loop.CROWDED_RETRIES
+
+
+def test_crowded_out_reads_only_a_memory_shortage() -> None:
+    from klineage.validator import crowded_out
+
+    def result(reason: str, status: str = "fail") -> GateResult:
+        return GateResult("0" * 64, "g", {}, (GateOutcome("static", "pass", "ok"),
+                                              GateOutcome("integrity", status, reason)), "w", "2026-12-07")
+
+    assert crowded_out(result("integrity could not complete: OutOfMemoryError: CUDA out of memory."))
+    assert not crowded_out(result("run modified its input 0"))
+    assert not crowded_out(result("CUDA out of memory", status="pass"))
+
+
 def test_a_move_that_changes_nothing_costs_no_call() -> None:
     validator = ScriptedValidator(_speed)
     nothing = single("causal-skip")  # an attention move: no place for it in an RMSNorm kernel

@@ -139,3 +139,30 @@ def test_idle_cached_memory_goes_back_to_the_driver_beyond_the_allowance() -> No
     assert torch.cuda.memory_reserved() - torch.cuda.memory_allocated() <= 1 << 30
     assert release_idle_memory(torch, keep_bytes=1 << 30) == 0  # nothing due a second time
     assert float(keep.sum()) == float(1 << 20)
+
+
+@pytest.mark.parametrize("socket_inputs", [False, True], ids=["ipc-inputs", "socket-inputs"])
+def test_inputs_sent_back_through_either_transport_show_what_the_candidate_did(
+        monkeypatch: pytest.MonkeyPatch, socket_inputs: bool) -> None:
+    """The integrity gate's returned inputs come back through CUDA IPC (or, turned off, the socket): an
+    input the candidate changed in place and an output memoized by address fail there, the honest kernel
+    passes, whichever way they travel."""
+    from hostile.table import CANDIDATES
+
+    from klineage.validator import LocalValidator
+
+    if socket_inputs:
+        monkeypatch.setenv("KLINEAGE_VALIDATOR_IPC_INPUTS", "0")
+    validator = LocalValidator(cache=None)
+    gates = ["static", "compile", "correctness", "integrity"]
+    expected = {"input_mutation": "run modified its input 0", "memo_by_address": "output memoized by tensor address"}
+    for name, why in expected.items():
+        result = validator.validate((CANDIDATES / f"{name}.py").read_text(), ROWSUM, gates=gates)
+        failed = result.failed_gate
+        assert failed is not None, (name, result.to_dict())
+        # input_mutation must fail integrity; memo_by_address may already fail correctness (hostile/table.py)
+        assert failed.gate == "integrity" or (name == "memo_by_address" and failed.gate == "correctness"), name
+        if failed.gate == "integrity":
+            assert why in failed.reason, (name, failed.reason)
+    honest = validator.validate((ROWSUM / "kernel.py").read_text(), ROWSUM, gates=gates)
+    assert honest.verdict == "pass", honest.to_dict()

@@ -254,6 +254,23 @@ def test_a_job_that_ran_out_of_gpu_memory_runs_again_alone_and_is_cached_only_if
     assert job.result.verdict == ("fail" if second_run_oom else "pass")
     assert job.cacheable is (not second_run_oom)
     assert runner.out_of_memory(job.result.gates) == (OOM if second_run_oom else None)
+    assert job.notes["idle_workers_retired"] == 0  # before the lone run: idle GPU workers' memory given back
+
+
+def test_retiring_idle_workers_leaves_busy_and_cpu_ones_alone() -> None:
+    from klineage.validator.pool import WorkerMode, WorkerPool
+
+    pool = WorkerPool(max_workers=2)
+    try:
+        interp = WorkerMode(interpret=True)
+        with pool.worker(interp):
+            with pool.worker(interp) as busy:
+                pass  # one worker back to idle, one still busy below
+            assert pool.retire_idle(gpu_only=True) == 0  # an interpreter worker holds no GPU context
+            assert pool.retire_idle(gpu_only=False) == 1  # the idle one; the busy one stays
+            assert pool.stats()["live"] == 1 and busy.proc.poll() is not None
+    finally:
+        pool.shutdown()
 
 
 def test_a_launch_keyword_that_an_autotune_config_also_sets_fails_on_cpu_as_triton_would(
