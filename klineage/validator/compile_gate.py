@@ -39,6 +39,7 @@ from triton.runtime.errors import OutOfResources
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
 from klineage.validator.harness import jit_functions_of, load_candidate, one_line
+from klineage.validator.triton_launch import LaunchPatch
 
 SHARED_LIMITS: dict[int, tuple[str, int]] = {80: ("A100", 166912), 90: ("H200", 232448)}
 PORTABILITY_ARCH = 80  # our second architecture: reported, compile-only, never failing the gate
@@ -135,7 +136,7 @@ class CompileProbe:
         self.memo: dict[Any, dict[str, Any]] = {}
         self.group = 0
         self._in_group: int | None = None
-        self._saved: list[tuple[type, str, Any]] = []
+        self._patch = LaunchPatch()
         self.target_arch = torch.cuda.get_device_capability()[0] * 10 + torch.cuda.get_device_capability()[1] \
             if on_gpu else 90
         # what is compiled: ``archs``, else the target then sm_80 (A100, compile-only) unless reported apart
@@ -182,9 +183,11 @@ class CompileProbe:
                 variant.error = one_line(exc)
 
     def install(self) -> None:
+        """Replace Triton's compiled launch paths (not the interpreter's: the probe loads plain Triton)."""
+        self._patch.replace_launches(self._jit_stand_in, self._autotune_stand_in, interpreted=False)
+
+    def _jit_stand_in(self, original_jit_run: Callable[..., Any]) -> Callable[..., Any]:
         probe = self
-        original_jit_run = JITFunction.run
-        original_autotune_run = Autotuner.run
 
         def jit_run(self: JITFunction, *args: Any, grid: Any = None, warmup: bool = False, **kwargs: Any) -> None:
             if probe._in_group is not None:
@@ -206,6 +209,11 @@ class CompileProbe:
                 probe._in_group = None
             return None
 
+        return jit_run
+
+    def _autotune_stand_in(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        probe = self
+
         def autotune_run(self: Autotuner, *args: Any, **kwargs: Any) -> None:
             kwargs.pop("grid", None)
             kwargs.pop("warmup", None)
@@ -217,14 +225,11 @@ class CompileProbe:
             finally:
                 probe._in_group = None
 
-        self._saved = [(JITFunction, "run", original_jit_run), (Autotuner, "run", original_autotune_run)]
-        JITFunction.run = jit_run
-        Autotuner.run = autotune_run
+        return autotune_run
 
     def uninstall(self) -> None:
-        for cls, name, original in self._saved:
-            setattr(cls, name, original)
-        self._saved = []
+        """Put Triton's launch paths back."""
+        self._patch.restore()
 
 
 def _tuned_keys(tuner: Autotuner) -> set[str]:

@@ -4,7 +4,7 @@ Imported only in the worker subprocess (it imports torch and triton). Three mech
 
 * ``load_candidate`` executes the candidate with *restricted builtins* (no ``open``, ``eval``, ``getattr``,
   ...; ``import`` limited to torch/triton/math): the static gate's rules, enforced a second time.
-* ``LaunchWatch`` wraps Triton's launch entry points at class level (``JITFunction.run``,
+* ``LaunchWatch`` wraps Triton's launch entry points at class level (``triton_launch``: ``JITFunction.run``,
   ``InterpretedFunction.run``, ``Autotuner.run``): it counts real launches and marks the time spent
   inside Triton's own machinery, so that the audit below ignores what Triton itself allocates or copies;
   with ``pin`` set, every autotuned launch runs that config (index modulo its pruned configs) on its own.
@@ -31,14 +31,9 @@ import triton
 from torch.utils._python_dispatch import TorchDispatchMode
 from triton.runtime.autotuner import Autotuner, Heuristics
 from triton.runtime.errors import OutOfResources
-from triton.runtime.jit import JITFunction
 
 from klineage.validator.static import SAFE_BUILTINS
-
-try:  # the interpreter module imports numpy; always present with triton 3.6
-    from triton.runtime.interpreter import InterpretedFunction
-except ImportError:  # pragma: no cover
-    InterpretedFunction = None
+from klineage.validator.triton_launch import LaunchPatch, is_jit_launcher
 
 POISON_OPS = frozenset({"empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided"})
 ALLOWED_HOST_OPS = POISON_OPS | frozenset({
@@ -72,7 +67,7 @@ class LaunchWatch:
         self.launches = 0
         self.kernels: Counter[str] = Counter()
         self._state = _State()
-        self._saved: list[tuple[type, str, Any]] = []
+        self._patch = LaunchPatch()
         self.pin: int | None = None  # the autotune config index every autotuned launch uses (None: its own choice)
         self.pruned_pins: set[int] = set()
 
@@ -81,8 +76,7 @@ class LaunchWatch:
         """True while a Triton launch (or autotuning) is executing."""
         return self._state.depth > 0
 
-    def _wrap_launch(self, cls: Any) -> None:
-        original = cls.run
+    def _counted_launch(self, original: Any) -> Any:
         watch = self
 
         def run(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -96,11 +90,9 @@ class LaunchWatch:
             finally:
                 watch._state.depth -= 1
 
-        self._saved.append((cls, "run", original))
-        cls.run = run
+        return run
 
-    def _wrap_autotuner(self, interpret: bool) -> None:
-        original = Autotuner.run
+    def _pinned_autotune(self, original: Any, interpret: bool) -> Any:
         watch = self
 
         def run(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -140,22 +132,17 @@ class LaunchWatch:
             finally:
                 watch._state.depth -= 1
 
-        self._saved.append((Autotuner, "run", original))
-        Autotuner.run = run
+        return run
 
     def install(self, interpret: bool) -> LaunchWatch:
         """Patch Triton's launch entry points (class level)."""
-        self._wrap_launch(JITFunction)
-        if InterpretedFunction is not None:
-            self._wrap_launch(InterpretedFunction)
-        self._wrap_autotuner(interpret)
+        self._patch.replace_launches(self._counted_launch,
+                                     lambda original: self._pinned_autotune(original, interpret))
         return self
 
     def uninstall(self) -> None:
         """Restore the original methods."""
-        for cls, name, original in reversed(self._saved):
-            setattr(cls, name, original)
-        self._saved.clear()
+        self._patch.restore()
 
 
 class CandidateAudit(TorchDispatchMode):
@@ -278,8 +265,7 @@ def kernel_names(module: ModuleType) -> list[str]:
         inner = value
         while isinstance(inner, Heuristics | Autotuner):
             inner = inner.fn
-        if isinstance(inner, JITFunction) or (InterpretedFunction is not None
-                                              and isinstance(inner, InterpretedFunction)):
+        if is_jit_launcher(inner):
             names.append(name)
     return sorted(names)
 

@@ -53,16 +53,10 @@ def recording_launches(sm_count: int) -> Iterator[list[int]]:
     ``sm_count`` SMs when no GPU is visible. Everything is restored on exit."""
     import torch
     from triton.runtime.autotuner import Autotuner
-    from triton.runtime.jit import JITFunction
 
-    try:  # under TRITON_INTERPRET=1 @triton.jit makes these instead of JITFunctions
-        from triton.runtime.interpreter import InterpretedFunction
-    except ImportError:  # pragma: no cover - every Triton we support has it
-        InterpretedFunction = None
+    from klineage.validator.triton_launch import LaunchPatch
 
     counts: list[int] = []
-    launchers: list[Any] = [JITFunction] + ([InterpretedFunction] if InterpretedFunction is not None else [])
-    saved = [(cls, "run", cls.run) for cls in launchers] + [(Autotuner, "run", Autotuner.run)]
 
     def jit_run(self: Any, *args: Any, grid: Any = None, warmup: bool = False, **kwargs: Any) -> None:
         names = [p.name for p in self.params] if hasattr(self, "params") else list(getattr(self, "arg_names", ()))
@@ -76,9 +70,9 @@ def recording_launches(sm_count: int) -> Iterator[list[int]]:
         if len(counts) > before:
             counts[before:] = [max(counts[before:])]
 
-    for cls in launchers:
-        cls.run = jit_run
-    Autotuner.run = autotune_run
+    patch = LaunchPatch()
+    patch.replace_launches(lambda original: jit_run, lambda original: autotune_run)
+    saved: list[tuple[Any, str, Any]] = []
     if not torch.cuda.is_available():
         device = SimpleNamespace(multi_processor_count=sm_count, name="census")
         saved += [(torch.cuda, "is_available", torch.cuda.is_available),
@@ -90,6 +84,7 @@ def recording_launches(sm_count: int) -> Iterator[list[int]]:
     finally:
         for owner, name, original in saved:
             setattr(owner, name, original)
+        patch.restore()
 
 
 def count_programs(run: Any, make_inputs: Any, shapes: Sequence[Mapping[str, Any]], dtype: str,
