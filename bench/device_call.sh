@@ -71,6 +71,10 @@ if [ -n "${SOLO:-}" ]; then
   timeout 300 python3 bench/validator.py --no-http --cpu-jobs 0 --concurrent 1 --lock-modes batched \
     --workloads "$SOLO" --profile "$OUT/validator-solo.pstats" --out "$OUT/validator-solo.json" 2>&1 \
     | tail -3 | tee -a "$OUT/checks.log"
+  if [ -n "${SOLO_BEFORE:-}" ]; then
+    python3 bench/validator.py --compare "$OUT/validator-solo-before.json" "$OUT/validator-solo.json" 2>&1 \
+      | tee -a "$OUT/checks.log"
+  fi
 fi
 SWEEP_ARGS=()
 if [ -n "${USE_SWEEP:-}" ]; then

@@ -20,6 +20,10 @@
   ``--lock-modes`` (``batched``: a timing phase takes every timing run waiting; ``per-run``: one run per
   phase, as before), each mode on a fresh warm pool: the before and after of the lock in one run, on the GPU.
 
+* the figures before and after a change (``--compare BEFORE.json AFTER.json``: two ``--concurrent`` reports of
+  the same candidates, e.g. ``device_call.sh``'s ``SOLO_BEFORE``): seconds per candidate and per gate, and how
+  far each candidate's speedup over the vendor moved. Nothing is run.
+
 * what the validator cost in a past evaluation (``--from-cache FILE``, an evaluation's result cache such as
   ``bench/results/agent-h200-cache.sqlite``): candidates of the held-out workloads judged there, seconds
   per candidate and per gate (median, p90), the part of it spent queueing for the device lock (recorded
@@ -288,6 +292,30 @@ def from_cache(path: Path, since: datetime | None = None, until: datetime | None
             **{f"{key[:-2]}_p50_s": {g: statistics.median(v) for g, v in split[key].items()} for key in SPLIT}}
 
 
+def compare_solo(before: Path, after: Path) -> dict[str, Any]:
+    """Two ``--concurrent`` reports of the same candidates (a change off, then on, in one device call): per
+    mode, seconds per candidate and per gate before and after, and how far each candidate's speedup over
+    the vendor moved (the timing method must not: within 2 %)."""
+    docs = []
+    for path in (before, after):
+        if not path.is_file():
+            raise SystemExit(f"--compare {path}: no such file (a bench/validator.py --concurrent --out report)")
+        docs.append(json.loads(path.read_text()))
+    out: dict[str, Any] = {"before": str(before), "after": str(after), "modes": {}}
+    for mode in sorted(set(docs[0].get("modes", {})) & set(docs[1].get("modes", {}))):
+        a, b = docs[0]["modes"][mode], docs[1]["modes"][mode]
+        speed_a = {r["label"]: r.get("speedup") for r in a["rows"]}
+        moved = {r["label"]: 100 * abs(r["speedup"] / speed_a[r["label"]] - 1) for r in b["rows"]
+                 if r.get("speedup") and speed_a.get(r["label"])}
+        out["modes"][mode] = {
+            "candidate_p50_s": [a["candidate_p50_s"], b["candidate_p50_s"]],
+            "candidate_p90_s": [a["candidate_p90_s"], b["candidate_p90_s"]],
+            "gate_p50_s": {g: [a.get("gate_p50_s", {}).get(g), b.get("gate_p50_s", {}).get(g)]
+                           for g in {**a.get("gate_p50_s", {}), **b.get("gate_p50_s", {})}},
+            "speedup_moved_pct": moved, "speedup_moved_max_pct": max(moved.values(), default=None)}
+    return out
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -357,8 +385,25 @@ def main() -> int:
     parser.add_argument("--lock-modes", default="per-run,batched", help="with --concurrent: batched, per-run")
     parser.add_argument("--profile", type=Path, help="with --concurrent 1: cProfile the trusted side into this file "
                         "(read it with python -m pstats)")
+    parser.add_argument("--compare", type=Path, nargs=2, metavar=("BEFORE", "AFTER"), help="two --concurrent "
+                        "reports of the same candidates: seconds per candidate and gate before/after, and how far "
+                        "each speedup moved (reads only)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.compare:
+        found = compare_solo(*args.compare)
+        for mode, m in found["modes"].items():
+            print(f"{mode}: seconds per candidate p50 {m['candidate_p50_s'][0]:.2f} -> {m['candidate_p50_s'][1]:.2f}, "
+                  f"p90 {m['candidate_p90_s'][0]:.2f} -> {m['candidate_p90_s'][1]:.2f}")
+            print("  gate p50 s: " + ", ".join(f"{g} {x if x is None else round(x, 2)} -> "
+                                               f"{y if y is None else round(y, 2)}"
+                                               for g, (x, y) in sorted(m["gate_p50_s"].items())))
+            if m["speedup_moved_max_pct"] is not None:
+                print(f"  speedups over vendor moved at most {m['speedup_moved_max_pct']:.1f} % "
+                      f"({len(m['speedup_moved_pct'])} candidates; the timing method's bound: 2 %)")
+        if args.out:
+            args.out.write_text(json.dumps(found, indent=2, default=str))
+        return 0
     if args.concurrent:
         if args.profile and args.concurrent != 1:
             raise SystemExit("--profile: only with --concurrent 1 (the jobs must run in the profiled thread)")
