@@ -17,6 +17,7 @@ consumer processes", H100, 2026-12-07). Each release collects them first.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 IDLE_KEEP_BYTES = 1 << 30  # cached but unused memory a process may keep between requests (re-use is cheaper)
@@ -29,7 +30,8 @@ def release_idle_memory(torch: Any, keep_bytes: int = IDLE_KEEP_BYTES) -> int:
     try:
         if not torch.cuda.is_available() or not torch.cuda.is_initialized():
             return 0
-        torch.cuda.ipc_collect()  # blocks shared through CUDA IPC that the receiver has let go of
+        with contextlib.suppress(Exception):  # a failed collection must not keep the cache from being emptied
+            torch.cuda.ipc_collect()  # blocks shared through CUDA IPC that the receiver has let go of
         before = torch.cuda.memory_reserved()
         if before - torch.cuda.memory_allocated() <= keep_bytes:
             return 0

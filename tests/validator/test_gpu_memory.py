@@ -12,10 +12,13 @@ from klineage.validator.gpu_memory import release_idle_memory
 
 
 class _Cuda:
-    """The four calls release_idle_memory makes, over a reserved/allocated pair (no GPU on this machine)."""
+    """The calls release_idle_memory makes, over a reserved/allocated pair (no GPU on this machine)."""
 
     def __init__(self, reserved: int, allocated: int) -> None:
-        self.reserved, self.allocated, self.emptied = reserved, allocated, 0
+        self.reserved, self.allocated, self.emptied, self.collected = reserved, allocated, 0, 0
+
+    def ipc_collect(self) -> None:
+        self.collected += 1
 
     def is_available(self) -> bool:
         return True
@@ -41,6 +44,7 @@ def test_the_cache_is_emptied_only_beyond_the_allowance() -> None:
     beyond = _Cuda(reserved=5 << 30, allocated=1 << 30)
     assert release_idle_memory(SimpleNamespace(cuda=beyond), keep_bytes=1 << 30) == 4 << 30
     assert beyond.emptied == 1 and beyond.reserved == 1 << 30
+    assert within.collected == beyond.collected == 1  # blocks freed after CUDA IPC are collected every time
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU case (the GPU one is in test_gpu.py)")
