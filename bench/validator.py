@@ -292,6 +292,20 @@ def from_cache(path: Path, since: datetime | None = None, until: datetime | None
             **{f"{key[:-2]}_p50_s": {g: statistics.median(v) for g, v in split[key].items()} for key in SPLIT}}
 
 
+def _speedups_moved(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, float]:
+    """Per candidate label timed on both sides: how far its speedup over the vendor moved, in percent."""
+    speed = {r["label"]: r.get("speedup") for r in before}
+    return {r["label"]: 100 * abs(r["speedup"] / speed[r["label"]] - 1) for r in after
+            if r.get("speedup") and speed.get(r["label"])}
+
+
+def _write_out(found: dict[str, Any], out: Path | None) -> int:
+    """Write ``found`` as JSON to ``out`` when given; the exit status."""
+    if out:
+        out.write_text(json.dumps(found, indent=2, default=str))
+    return 0
+
+
 def compare_solo(before: Path, after: Path) -> dict[str, Any]:
     """Two ``--concurrent`` reports of the same candidates (a change off, then on, in one device call): per
     mode, seconds per candidate and per gate before and after, and how far each candidate's speedup over
@@ -304,9 +318,7 @@ def compare_solo(before: Path, after: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"before": str(before), "after": str(after), "modes": {}}
     for mode in sorted(set(docs[0].get("modes", {})) & set(docs[1].get("modes", {}))):
         a, b = docs[0]["modes"][mode], docs[1]["modes"][mode]
-        speed_a = {r["label"]: r.get("speedup") for r in a["rows"]}
-        moved = {r["label"]: 100 * abs(r["speedup"] / speed_a[r["label"]] - 1) for r in b["rows"]
-                 if r.get("speedup") and speed_a.get(r["label"])}
+        moved = _speedups_moved(a["rows"], b["rows"])
         out["modes"][mode] = {
             "candidate_p50_s": [a["candidate_p50_s"], b["candidate_p50_s"]],
             "candidate_p90_s": [a["candidate_p90_s"], b["candidate_p90_s"]],
@@ -401,9 +413,7 @@ def main() -> int:
             if m["speedup_moved_max_pct"] is not None:
                 print(f"  speedups over vendor moved at most {m['speedup_moved_max_pct']:.1f} % "
                       f"({len(m['speedup_moved_pct'])} candidates; the timing method's bound: 2 %)")
-        if args.out:
-            args.out.write_text(json.dumps(found, indent=2, default=str))
-        return 0
+        return _write_out(found, args.out)
     if args.concurrent:
         if args.profile and args.concurrent != 1:
             raise SystemExit("--profile: only with --concurrent 1 (the jobs must run in the profiled thread)")
@@ -417,14 +427,11 @@ def main() -> int:
             print("    gate p50 s: " + ", ".join(f"{g} {v:.2f}" for g, v in m["gate_p50_s"].items()))
         if len(found["modes"]) == 2:
             a, b = (found["modes"][m] for m in ("per-run", "batched"))
-            same = [(x["label"], x["speedup"], y["speedup"]) for x, y in zip(a["rows"], b["rows"], strict=True)
-                    if x["speedup"] and y["speedup"]]
-            worst = max((abs(y / x - 1) for _, x, y in same), default=0.0)
+            moved = _speedups_moved(a["rows"], b["rows"])
             print(f"  batched / per-run: {b['candidates_per_minute'] / a['candidates_per_minute']:.2f}x candidates/"
-                  f"minute; speedups over vendor agree within {100 * worst:.1f} % on {len(same)} candidates")
-        if args.out:
-            args.out.write_text(json.dumps(found, indent=2, default=str))
-        return 0
+                  f"minute; speedups over vendor agree within {max(moved.values(), default=0.0):.1f} % on "
+                  f"{len(moved)} candidates")
+        return _write_out(found, args.out)
     if args.from_cache:
         found = from_cache(args.from_cache, args.since, args.until)
         print(f"{found['candidates']} candidates of {found['workloads']} workloads on {', '.join(found['gpus'])}, "
@@ -439,9 +446,7 @@ def main() -> int:
         if found["alone_per_candidate_p50_s"] is not None:
             print(f"GPU held alone: p50 {found['alone_per_candidate_p50_s']:.2f} s per candidate, "
                   f"{100 * found['alone_share_of_span']:.0f} % of the span (near 100 %: timing is the bottleneck)")
-        if args.out:
-            args.out.write_text(json.dumps(found, indent=2, default=str))
-        return 0
+        return _write_out(found, args.out)
     report: dict[str, Any] = {"machine": f"{platform.node()} ({os.cpu_count()} CPUs)",
                               "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     if args.cpu_jobs:
