@@ -5,8 +5,9 @@
 #
 #   run(command="bash bench/device_call.sh 540 8", carry=[".eval"], timeout_s=600)
 #
-# then copy $OUT/cache.sqlite over bench/results/agent-CARD-cache.sqlite, append $OUT/results.jsonl to
-# bench/results/agent-CARD.jsonl (CARD: h200 or h100, as gpu.txt says), keep $OUT/*.log under bench/results/runs/ with the date, and commit.
+# then file what it measured with `python bench/collect_call.py FILES_AT --call N` (merges $OUT/cache.sqlite into
+# bench/results/agent-CARD-cache.sqlite, appends $OUT/results.jsonl to bench/results/agent-CARD.jsonl, CARD h200 or
+# h100 as gpu.txt says, and copies the logs to bench/results/runs/) and commit.
 # With Ray's wheels carried too (`bash bench/ray_wheels.sh`, carry=[".eval", ".whl"]), tests/validator/test_ray_gpu.py
 # in PRE_TESTS runs instead of skipping.
 # Arguments: seconds for the whole call (default 540; the evaluation gets what the checks before it left, less
@@ -21,7 +22,8 @@
 # 2 % the evaluation of this call runs with --autotune-rep-ms 20 (its rows say so in their options); otherwise
 # without it. USE_SWEEP="20" runs the evaluation with it without measuring again (after a passed check).
 # Calls made back to back on one warm machine resume from the machine's own copy of the cache
-# (/tmp/klineage-eval-cache.sqlite), so no copy-back is needed between them.
+# (/tmp/klineage-eval-cache-CARD.sqlite), so no copy-back is needed between them; runs finished by an earlier call
+# (rows in the committed results or in the warm machine's /tmp/klineage-eval-results-CARD.jsonl) are skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CALL_S="${1:-540}"
@@ -95,6 +97,7 @@ elif [ -f "$COMMITTED_CACHE" ]; then
   cp "$COMMITTED_CACHE" "$OUT/cache.sqlite"
 fi
 : > "$OUT/results.jsonl"
+WARM_RESULTS="/tmp/klineage-eval-results-${CARD}.jsonl"
 EVAL_S=$((CALL_S - SECONDS - 90))
 if [ "$EVAL_S" -lt 60 ]; then
   # the checks took the call: the evaluation waits for the next one (USE_SWEEP=... there after a passed SWEEP)
@@ -107,5 +110,7 @@ echo "evaluation: ${EVAL_S} s" | tee -a "$OUT/gpu.txt"
 # the next call on this machine while the call is still alive (a call cut by the device's limit copies nothing)
 timeout -k 5 "$((EVAL_S + 70))" \
   python3 bench/evaluate_agent.py run --prepared .eval --cache "$OUT/cache.sqlite" --results "$OUT/results.jsonl" \
+  --done "bench/results/agent-${CARD}.jsonl" --done "$WARM_RESULTS" \
   --budget-s "$EVAL_S" --max-shapes 4 --jobs "$JOBS" "${SWEEP_ARGS[@]}" "$@" 2>&1 | tee "$OUT/evaluation.log" | tail -40
 cp "$OUT/cache.sqlite" "$WARM_CACHE" 2>/dev/null || true
+cat "$OUT/results.jsonl" >> "$WARM_RESULTS"

@@ -137,10 +137,10 @@ def prepare(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------- run
 
 
-def _done(results: Path) -> set[tuple[str, str, int, str]]:
-    if not results.is_file():
-        return set()
-    rows = [json.loads(line) for line in results.read_text(encoding="utf-8").splitlines() if line.strip()]
+def _done(*results: Path) -> set[tuple[str, str, int, str]]:
+    """The (instance, method, budget, options) of every row in ``results`` (files that do not exist hold none)."""
+    rows = [json.loads(line) for path in results if path.is_file()
+            for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     return {(r["instance"], r["method"], r["budget"], json.dumps(r["options"], sort_keys=True)) for r in rows}
 
 
@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     options = {**({"autotune_rep_ms": args.autotune_rep_ms} if args.autotune_rep_ms is not None else {}),
                "rep_ms": args.rep_ms, "max_shapes": args.max_shapes, "device": "cuda" if info.cuda else "cpu",
                "agent": agent_version(), "kb": "frozen", "timing_method": TIMING_METHOD}
-    done = _done(args.results)
+    done = _done(args.results, *args.done)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     pending = [(folder, method) for folder in instances(args.instances) for method in args.methods.split(",")
                if (folder.name, method, args.budget, json.dumps(options, sort_keys=True)) not in done]
@@ -425,6 +425,9 @@ def main() -> int:
                    help=f"comma-separated, of {', '.join(METHODS)} (greedy: the first round's loop, run it with "
                         "--budget 5)")
     r.add_argument("--instances", default=None, help="comma-separated held-out names (default: all)")
+    r.add_argument("--done", type=Path, action="append", default=[],
+                   help="results of earlier calls (repeatable): runs with a row there (same agent version and "
+                        "options) are not run again; new rows still go to --results only")
     r.add_argument("--budget", type=int, default=10, help="validator calls per run")
     r.add_argument("--budget-s", type=float, default=540.0, help="wall time for this call")
     r.add_argument("--rep-ms", type=float, default=25.0, help="timed milliseconds per case")

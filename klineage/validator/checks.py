@@ -37,6 +37,7 @@ third call on the same tensors, refilled in place with another seed's data, give
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -45,6 +46,7 @@ from typing import Any, Protocol
 
 import torch
 
+from klineage.validator.gpu_memory import release_idle_memory
 from klineage.validator.harness import one_line
 
 DISTRIBUTIONS: tuple[str, ...] = ("base", "scaled", "outliers")
@@ -215,6 +217,25 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+#: One reference computation at a time in this process. A reference may build large temporaries (an
+#: attention reference materializes B × H × S × S scores: 17 GB for alibi_attention's largest shape) and the
+#: trusted process checks many jobs side by side: eight such references at once filled the 80 GB H100 and
+#: every job beside them ran out of memory (2026-12-07). References are vendor ops, milliseconds each, so
+#: taking turns costs little; each gives back what it left cached beyond the idle allowance.
+_REFERENCE_TURN = threading.Lock()
+
+
+def expected_output(reference: Any, inputs: Sequence[Any], device: str) -> Any:
+    """The workload's reference on a copy of ``inputs`` (the inputs are never touched), computed when no
+    other thread of this process is computing one and finished on the device before returning."""
+    with _REFERENCE_TURN:
+        out = reference.reference(*clone_inputs(inputs))
+        if device.startswith("cuda") and torch.cuda.is_initialized():  # else nothing ran on a GPU
+            torch.cuda.synchronize()
+            release_idle_memory(torch)
+    return out
+
+
 def _on(value: Any, device: Any) -> Any:
     return _map_tensors(value, lambda t: t.to(device))
 
@@ -306,8 +327,7 @@ def _correctness_case(runner: CandidateRunner, reference: Any, shape: dict, dtyp
         try:
             made = reference.make_inputs(dict(shape), dtype, seed, device=device)
             inputs = transform_inputs(made, dist, seed)
-            ref_out = reference.reference(*clone_inputs(inputs))
-            _sync(device)
+            ref_out = expected_output(reference, inputs, device)
         except Exception as exc:
             return {"status": "fail", "reason": f"the workload's reference failed on {label}: {one_line(exc)}",
                     "metrics": {}}
@@ -425,7 +445,7 @@ def _integrity_checked_calls(runner: CandidateRunner, reference: Any, manifest: 
     refill = reference.make_inputs(dict(shape), dtype, 4343, device=device)
     same_layout = all(_same_layout(a, b) for a, b in zip(inputs, refill, strict=True))
     if same_layout and not (interpret and dtype == "bf16" and uses_dot):  # else: not judgeable
-        expected = reference.reference(*clone_inputs(refill))
+        expected = expected_output(reference, refill, device)
         try:
             runner.refill("integrity", refill)
             third = runner.call("integrity")

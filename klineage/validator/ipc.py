@@ -75,10 +75,14 @@ def share(tensors: Sequence[Any]) -> list[dict[str, Any]]:
         raise IpcError("the IPC transport is turned off (KLINEAGE_VALIDATOR_IPC=0)")
     if len(tensors) > MAX_TENSORS:
         raise IpcError(f"more than {MAX_TENSORS} tensors")
+    # All or nothing: a tensor once described is counted as lent until a receiver maps it, and one freed
+    # while lent waits in PyTorch's IPC limbo for good. Describing the first tensors of a list and then
+    # refusing a later item (a workload's int or float argument) leaked them: group_norm's input, every
+    # call, until the 80 GB H100 ran out (2026-12-07).
+    if not all(_shareable(torch, t) for t in tensors):
+        raise IpcError("not a dense CUDA tensor")
     out = []
     for t in tensors:
-        if not isinstance(t, torch.Tensor) or t.device.type != "cuda" or t.layout != torch.strided:
-            raise IpcError("not a dense CUDA tensor")
         t = t.detach()
         _, args = reduce_tensor(t)
         (_, size, stride, offset, _, dtype, device, handle, nbytes, off_bytes, _, rc_handle, rc_offset, event,
@@ -88,6 +92,46 @@ def share(tensors: Sequence[Any]) -> list[dict[str, Any]]:
                     "nbytes": int(nbytes), "off_bytes": int(off_bytes), "rc_handle": _b64(rc_handle),
                     "rc_offset": int(rc_offset), "event": _b64(event), "event_sync": bool(event_sync),
                     "sum": checksum(t)})
+    return out
+
+
+def _shareable(torch: Any, value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.device.type == "cuda" and value.layout == torch.strided
+
+
+def share_among(values: Sequence[Any]) -> tuple[dict[str, Any], list[Any]] | None:
+    """The CUDA tensors among ``values`` described for IPC, ``{"positions": [...], "meta": [...]}``, and
+    ``values`` with those places None (what goes through the socket); None when there is no CUDA tensor
+    or they cannot be shared (then none was). Inverse: ``receive_among``."""
+    import torch
+
+    positions = [i for i, x in enumerate(values) if _shareable(torch, x)]
+    if not positions:
+        return None
+    try:
+        meta = share([values[i] for i in positions])
+    except IpcError:
+        return None
+    return {"positions": positions, "meta": meta}, [None if i in positions else x for i, x in enumerate(values)]
+
+
+def receive_among(fields: Any, rest: Any, device: Any = None) -> list[Any]:
+    """``rest`` (the socket's part of ``share_among``) with the tensors ``fields`` describes mapped back into
+    their places; IpcError when the positions do not fit ``rest`` (each one a distinct index of a None
+    place) or a tensor cannot be received."""
+    if not isinstance(fields, dict) or not isinstance(rest, list | tuple):
+        raise IpcError("ipc: expected positions and tensor descriptions")
+    positions = fields.get("positions")
+    if (not isinstance(positions, list) or len(set(positions)) != len(positions)
+            or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(rest) and rest[i] is None
+                       for i in positions)):
+        raise IpcError("ipc: the shared positions do not fit the values sent")
+    meta = fields.get("meta")
+    if not isinstance(meta, list) or len(meta) != len(positions):
+        raise IpcError("ipc: one tensor description per shared position expected")
+    out = list(rest)
+    for i, tensor in zip(positions, receive(meta, device), strict=True):
+        out[i] = tensor
     return out
 
 

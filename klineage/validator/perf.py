@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from klineage.validator import baseline_timer
-from klineage.validator.checks import CandidateError, CaseFailure, _flatten, case_label, clone_inputs, judge
+from klineage.validator.checks import CandidateError, CaseFailure, _flatten, case_label, expected_output, judge
 from klineage.validator.device_lock import device_lock
 from klineage.validator.harness import one_line
 
@@ -243,9 +243,7 @@ def _make_chunk(reference: Any, cases: Sequence[_Case], device: str,
                 break
             try:
                 inputs = reference.make_inputs(dict(case.shape), case.dtype, 0, device=device)
-                ref_out = reference.reference(*clone_inputs(inputs))
-                if torch.device(device).type == "cuda":
-                    torch.cuda.synchronize()
+                ref_out = expected_output(reference, inputs, device)
             except Exception as exc:
                 return made, {"status": "fail", "reason": f"timing failed on {case.label}: the workload's inputs "
                                                           f"or reference raised: {one_line(exc)}"}

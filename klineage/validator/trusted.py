@@ -123,15 +123,14 @@ class RemoteCandidate:
         return found
 
     def _send_inputs(self, header: dict[str, Any], inputs: Sequence[Any]) -> tuple[dict[str, Any], bytes]:
-        """Send ``header`` with ``inputs`` (through CUDA IPC when it works, else the socket); the reply."""
+        """Send ``header`` with ``inputs`` (their CUDA tensors through IPC when it works, the rest and any
+        fallback through the socket); the reply."""
         if self.ipc:
-            try:
-                meta = ipc.share(tuple(inputs))
-            except ipc.IpcError:
-                meta = None
-            if meta is not None:
+            shared = ipc.share_among(tuple(inputs))
+            if shared is not None:
+                fields, rest = shared
                 try:
-                    return self._ask({**header, "ipc_in": meta, "ipc_out": True})
+                    return self._ask({**header, "ipc_in": fields, "ipc_out": True}, pack(tuple(rest)))
                 except CandidateError as exc:
                     if "ipc:" not in str(exc):
                         raise
@@ -150,7 +149,7 @@ class RemoteCandidate:
             items = ipc.receive(shared.get("meta"), self.device)
             body = unpack(blob) if blob else {}
             if isinstance(body, dict) and shared.get("inputs") is not None:
-                body["inputs"] = self._shared_inputs(shared["inputs"], body.get("inputs"))
+                body["inputs"] = ipc.receive_among(shared["inputs"], body.get("inputs"), self.device)
         except ipc.IpcError:
             self.ipc = False
             _, again = self._ask({"op": "resend"})
@@ -162,24 +161,6 @@ class RemoteCandidate:
         if not isinstance(body, dict):
             raise CandidateError("the worker's answer is malformed")
         return {**body, "out": out}
-
-    def _shared_inputs(self, shared: Any, rest: Any) -> list[Any]:
-        """The returned inputs: the tensors mapped through CUDA IPC put back in their places of ``rest``
-        (the payload's inputs, None where a tensor went through IPC)."""
-        if not isinstance(shared, dict) or not isinstance(rest, list | tuple):
-            raise CandidateError("the worker's IPC answer is malformed")
-        positions = shared.get("positions")
-        if (not isinstance(positions, list) or len(set(positions)) != len(positions)
-                or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(rest)
-                           and rest[i] is None for i in positions)):
-            raise CandidateError("the worker's IPC answer is malformed")
-        tensors = ipc.receive(shared.get("meta"), self.device)  # IpcError: the caller asks through the socket
-        if len(tensors) != len(positions):
-            raise CandidateError("the worker's IPC answer is malformed")
-        out = list(rest)
-        for i, t in zip(positions, tensors, strict=True):
-            out[i] = t
-        return out
 
     def _result(self, reply: dict[str, Any], blob: bytes) -> CallResult:
         try:

@@ -226,14 +226,16 @@ class Server:
         return [(str(label), tuple(inputs)) for label, inputs in unpack(payload, self.device)]
 
     def _inputs(self, header: dict[str, Any], payload: bytes) -> tuple[Any, ...]:
-        """The inputs a message carries: through CUDA IPC (``ipc_in``) or the socket payload."""
+        """The inputs a message carries: the socket payload's, with the CUDA tensors among them mapped
+        through IPC into their places (``ipc_in``, ``ipc.share_among``)."""
         from klineage.validator.channel import unpack
 
+        rest = tuple(unpack(payload, self.device)) if payload else ()
         if header.get("ipc_in") is not None:
-            from klineage.validator.ipc import receive
+            from klineage.validator.ipc import receive_among
 
-            return receive(header["ipc_in"], self.device)
-        return tuple(unpack(payload, self.device))
+            return tuple(receive_among(header["ipc_in"], rest, self.device))
+        return rest
 
     def _answer(self, header: dict[str, Any], body: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         """The reply fields and payload that carry ``body`` (``out`` and maybe ``inputs``) back: the output
@@ -245,7 +247,7 @@ class Server:
         self.held = None
         out = body["out"]
         if header.get("ipc_out") and self.on_gpu:
-            from klineage.validator.ipc import IpcError, share
+            from klineage.validator.ipc import IpcError, share, share_among
 
             form = "tensor" if isinstance(out, self.torch.Tensor) else type(out).__name__
             items = [out] if form == "tensor" else list(out) if form in ("tuple", "list") else None
@@ -258,26 +260,13 @@ class Server:
                     self.held = body
                     rest = {k: v for k, v in body.items() if k != "out"}
                     fields: dict[str, Any] = {"form": form, "meta": meta}
-                    if "inputs" in rest and header.get("ipc_inputs"):
-                        shared_inputs = self._share_inputs(rest["inputs"])
+                    if "inputs" in rest and header.get("ipc_inputs") and isinstance(rest["inputs"], list | tuple):
+                        shared_inputs = share_among(rest["inputs"])
                         if shared_inputs is not None:
                             fields["inputs"], rest["inputs"] = shared_inputs
                     return {"ipc_out": fields}, pack(rest) if rest else b""
         return {}, pack(body)
 
-    def _share_inputs(self, inputs: Any) -> tuple[dict[str, Any], list[Any]] | None:
-        """The tensors among ``inputs`` described for CUDA IPC ({"positions", "meta"}) and the inputs with
-        those places None; None when there is no such tensor or one cannot be shared."""
-        from klineage.validator.ipc import IpcError, share
-
-        positions = [i for i, x in enumerate(inputs) if isinstance(x, self.torch.Tensor)]
-        if not positions:
-            return None
-        try:
-            meta = share([inputs[i] for i in positions])
-        except IpcError:
-            return None
-        return {"positions": positions, "meta": meta}, [None if i in positions else x for i, x in enumerate(inputs)]
 
     def op_resend(self, header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
         """The last answer's body again, through the socket (after an IPC mapping failed on the trusted side)."""

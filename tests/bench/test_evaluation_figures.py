@@ -3,6 +3,7 @@ and the gain a skill made on the kernel it was applied to (pure functions of the
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -153,3 +154,14 @@ def test_the_table_keeps_one_agent_versions_rows_when_asked(tmp_path: Path, caps
     assert "1 agent version(s) (new1)" in newest and "| a |" not in newest and "| b |" in newest
     with pytest.raises(SystemExit, match="no row"):
         evaluation.table(argparse.Namespace(results=results, no_plots=True, agent="zzz"))
+
+
+def test_runs_finished_in_earlier_calls_count_as_done(tmp_path: Path) -> None:
+    options = {"agent": "abc", "rep_ms": 25.0}
+    committed, warm = tmp_path / "committed.jsonl", tmp_path / "warm.jsonl"
+    committed.write_text(json.dumps({"instance": "bmm", "method": "none", "budget": 10, "options": options}) + "\n")
+    warm.write_text(json.dumps({"instance": "rope", "method": "klineage", "budget": 10,
+                                "options": {"rep_ms": 25.0, "agent": "abc"}}) + "\n")
+    done = evaluation._done(committed, warm, tmp_path / "not-there.jsonl")
+    key = json.dumps(options, sort_keys=True)
+    assert done == {("bmm", "none", 10, key), ("rope", "klineage", 10, key)}  # option order does not matter

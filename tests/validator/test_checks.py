@@ -234,3 +234,37 @@ def test_an_input_changed_by_the_sweep_call_is_still_caught() -> None:
     runner, reference, manifest, hold, _ = _integrity_fixture(modify_on_call=1)
     outcome = run_integrity(runner, reference, manifest, [{"n": 4}], "cuda", Findings(), hold=hold)
     assert outcome["status"] == "fail" and "modified its input 0" in outcome["reason"]
+
+
+def test_references_take_turns_and_never_touch_the_inputs() -> None:
+    import threading
+    import time
+
+    from klineage.validator.checks import expected_output
+
+    running, most = [0], [0]
+    guard = threading.Lock()
+
+    class Reference:
+        @staticmethod
+        def reference(x: torch.Tensor) -> torch.Tensor:
+            with guard:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            time.sleep(0.02)  # long enough for the other threads to arrive while this one computes
+            x.mul_(2)  # a reference that works in place must work on its own copy
+            with guard:
+                running[0] -= 1
+            return x + 1
+
+    inputs = (torch.ones(4),)
+    outs: list[torch.Tensor] = []
+    threads = [threading.Thread(target=lambda: outs.append(expected_output(Reference, inputs, "cpu")))
+               for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 1  # one reference at a time in this process
+    assert len(outs) == 6 and all(torch.equal(o, torch.full((4,), 3.0)) for o in outs)
+    assert torch.equal(inputs[0], torch.ones(4))

@@ -166,3 +166,27 @@ def test_inputs_sent_back_through_either_transport_show_what_the_candidate_did(
             assert why in failed.reason, (name, failed.reason)
     honest = validator.validate((ROWSUM / "kernel.py").read_text(), ROWSUM, gates=gates)
     assert honest.verdict == "pass", honest.to_dict()
+
+
+def test_a_workload_with_a_scalar_argument_leaves_no_input_lent_through_ipc() -> None:
+    """group_norm's inputs end with an int (the group count). Sharing used to describe the tensors before it
+    and then refuse the int: the described tensors stayed lent (PyTorch's IPC limbo) and were never freed,
+    one input set per call, until the GPU ran out (H100, 2026-12-07). Judged again and again, the trusted
+    process's allocated memory must not grow."""
+    from klineage.validator import LocalValidator
+
+    group_norm = Path(__file__).resolve().parents[2] / "heldout" / "group_norm"
+    naive = (group_norm / "naive.py").read_text()
+    validator = LocalValidator(cache=None)
+    shapes = [{"B": 4, "D": 256, "S": 4096}]  # 8 MB of fp32 input: a leak of one set per call shows at once
+    allocated = []
+    for i in range(3):
+        result = validator.validate(naive + f"\n# variant {i}\n", group_norm, gates=["static", "compile",
+                                    "correctness", "integrity"], shapes=shapes)
+        assert result.verdict == "pass", result.to_dict()
+        torch.cuda.synchronize()
+        torch.cuda.ipc_collect()
+        allocated.append(torch.cuda.memory_allocated())
+    grown = allocated[2] - allocated[1]
+    gpu_report.write("ipc_scalar_inputs", {"allocated_bytes_after_each": allocated, "grown_bytes": grown})
+    assert grown < 1 << 20, allocated
