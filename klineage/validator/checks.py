@@ -399,18 +399,23 @@ def _integrity_case(runner: CandidateRunner, reference: Any, manifest: Any, shap
                     tunes: bool = False) -> dict[str, Any] | None:
     """One (shape, dtype) of the integrity gate: a failing outcome, or None when the case passed."""
     label = case_label(shape, dtype, 4242)
-    with hold(False):
-        inputs = reference.make_inputs(dict(shape), dtype, 4242, device=device)
-        saved = _snapshot(inputs)
+    # Each hold is one wait in the device lock's queue (a timing phase of other jobs, ~2 s each with eight
+    # jobs side by side on the H100): the inputs are made inside the hold that first needs them.
     if tunes:
         try:
             with hold(True):  # the autotuner's sweep for this shape: on a quiet GPU
+                inputs = reference.make_inputs(dict(shape), dtype, 4242, device=device)
+                saved = _snapshot(inputs)
                 findings.add(runner.call("integrity", inputs))
         except CandidateError as exc:
             return {"status": "fail", "reason": f"run raised on {label}: {exc}", "metrics": {"case": label}}
+        with hold(False):
+            return _integrity_checked_calls(runner, reference, manifest, shape, dtype, device, label, inputs,
+                                            saved, findings, interpret, uses_dot, sent=True)
     with hold(False):
-        return _integrity_checked_calls(runner, reference, manifest, shape, dtype, device, label, inputs, saved,
-                                        findings, interpret, uses_dot, sent=tunes)
+        inputs = reference.make_inputs(dict(shape), dtype, 4242, device=device)
+        return _integrity_checked_calls(runner, reference, manifest, shape, dtype, device, label, inputs,
+                                        _snapshot(inputs), findings, interpret, uses_dot, sent=False)
 
 
 def _integrity_checked_calls(runner: CandidateRunner, reference: Any, manifest: Any, shape: dict, dtype: str,

@@ -268,3 +268,25 @@ def test_references_take_turns_and_never_touch_the_inputs() -> None:
     assert most[0] == 1  # one reference at a time in this process
     assert len(outs) == 6 and all(torch.equal(o, torch.full((4,), 3.0)) for o in outs)
     assert torch.equal(inputs[0], torch.ones(4))
+
+
+@pytest.mark.parametrize("configs, holds_per_case", [(4, [True, False]), (1, [False])],
+                         ids=["autotuned", "one-config"])
+def test_an_integrity_case_waits_for_the_device_once_per_kind_of_hold(configs: int,
+                                                                      holds_per_case: list[bool]) -> None:
+    """Every hold is a wait in the device lock's queue behind other jobs' timing: a case makes its inputs
+    inside the hold that first needs them, so it takes the device once (twice when its autotuner sweeps)."""
+    from klineage.validator.checks import Findings, run_integrity
+
+    runner, reference, manifest, hold, _ = _integrity_fixture()
+    runner.configs = configs
+    taken: list[bool] = []
+
+    def counting_hold(exclusive: bool):
+        taken.append(exclusive)
+        return hold(exclusive)
+
+    outcome = run_integrity(runner, reference, manifest, [{"n": 4}, {"n": 8}], "cuda", Findings(),
+                            hold=counting_hold)
+    assert outcome["status"] == "pass", outcome
+    assert taken == holds_per_case * 2
