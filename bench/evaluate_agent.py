@@ -416,11 +416,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="step", required=True)
     p = sub.add_parser("prepare", help="CPU: knowledge base and frozen embeddings")
-    p.add_argument("--out", type=Path, default=Path(".eval"))
+    p.add_argument("--out", type=Path, default=Path(".eval"),
+                   help="folder to write the knowledge base (kb/) and the frozen embeddings (embeddings.json) to")
     r = sub.add_parser("run", help="every instance × method within the time budget (resumable)")
-    r.add_argument("--prepared", type=Path, default=Path(".eval"))
-    r.add_argument("--cache", type=Path, default=CACHE)
-    r.add_argument("--results", type=Path, default=RESULTS)
+    r.add_argument("--prepared", type=Path, default=Path(".eval"),
+                   help="the folder `prepare --out` wrote: knowledge base and frozen embeddings")
+    r.add_argument("--cache", type=Path, default=CACHE,
+                   help="SQLite cache of validator results: a later call replays what it holds and goes on where "
+                        "the last one stopped (default: bench/results/agent-h200-cache.sqlite)")
+    r.add_argument("--results", type=Path, default=RESULTS,
+                   help="JSON lines file a row is appended to per finished run; runs with a row there are skipped "
+                        "(default: bench/results/agent-h200.jsonl)")
     r.add_argument("--methods", default="klineage,memory,none",
                    help=f"comma-separated, of {', '.join(METHODS)} (greedy: the first round's loop, run it with "
                         "--budget 5)")
@@ -442,8 +448,9 @@ def main() -> int:
                         "ray:HOST:6379, ray://HOST:10001 (one actor per GPU, --cache shared by all; with "
                         "--jobs about the cluster's GPU count)")
     t = sub.add_parser("table", help="the table and the plots from the results")
-    t.add_argument("--results", type=Path, default=RESULTS)
-    t.add_argument("--no-plots", action="store_true")
+    t.add_argument("--results", type=Path, default=RESULTS,
+                   help="JSON lines file of `run` rows to tabulate (default: bench/results/agent-h200.jsonl)")
+    t.add_argument("--no-plots", action="store_true", help="print the tables only, write no plots to docs/plots/")
     t.add_argument("--agent", default=None,
                    help="only rows of this agent version (a prefix of options.agent), or 'last' for the version "
                         "of the newest row: a table of one agent's code")

@@ -363,10 +363,15 @@ def select_variant(name: str, plan: dict, speedups: dict[str, list[float]], modu
 def main() -> int:
     """Run every plan (or those named), print the table, write results under --out."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workloads", nargs="*")
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("workloads", nargs="*",
+                        help="workloads of the plan to run, e.g. layernorm softmax (default: all of the plan's)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="existing folder for explore.jsonl, explore.txt and the selected variants' copies "
+                             "(default: stdout only)")
     parser.add_argument("--dry", action="store_true", help="only apply the substitutions (no GPU)")
-    parser.add_argument("--plan", choices=sorted(PLANS), default="select")
+    parser.add_argument("--plan", choices=sorted(PLANS), default="select",
+                        help="which recorded set of cases and variants to time (described in this script's "
+                             "docstring; default: select)")
     parser.add_argument("--select", action="store_true",
                         help="write the winning variant over workloads/<name>/expert.py")
     args = parser.parse_args()

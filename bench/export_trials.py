@@ -78,9 +78,14 @@ def trials_of(row: dict[str, Any], judged: dict[tuple[str, str], dict[str, Any]]
 def main() -> int:
     """Rebuild every attempt, write the trials, say how many."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--results", type=Path, default=RESULTS)
-    parser.add_argument("--cache", type=Path, default=CACHE)
-    parser.add_argument("-o", "--output", type=Path, default=OUT)
+    parser.add_argument("--results", type=Path, default=RESULTS,
+                        help="agent evaluation rows (JSON lines) whose attempts are exported; only rows of timing "
+                             "method 2 count (default: bench/results/agent-h200.jsonl)")
+    parser.add_argument("--cache", type=Path, default=CACHE,
+                        help="the evaluation's SQLite result cache, read for each attempt's gate result "
+                             "(default: bench/results/agent-h200-cache.sqlite)")
+    parser.add_argument("-o", "--output", type=Path, default=OUT,
+                        help="JSON lines file the trials are written to, replacing it (default: trials/h200.jsonl)")
     args = parser.parse_args()
     for path, what in ((args.results, "--results"), (args.cache, "--cache")):
         if not path.is_file():

@@ -312,9 +312,12 @@ def build_store(data_dir: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=30.0, help="length of each load run, in seconds")
+    parser.add_argument("--clients", type=int, default=50,
+                        help="concurrent keep-alive clients sending searchSkills back to back")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="server worker processes of the second run (the first has one); the abuse probes "
+                             "and RSS figures are taken on it")
     args = parser.parse_args()
     data_dir = Path(tempfile.mkdtemp(prefix="klineage-load-")) / "kb"
     print(f"store: {build_store(data_dir)} in {data_dir}; {os.cpu_count()} CPUs", flush=True)

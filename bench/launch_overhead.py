@@ -60,8 +60,10 @@ def host_us(fn: Any, calls: int = 200) -> float:
 def main() -> int:
     """Time every set-up on every case; print a table; write ``launch_overhead.json`` under --out."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workload", default="gemm")
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--workload", default="gemm",
+                        help="name under workloads/ whose expert.py is timed against its vendor (default: gemm)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder to write launch_overhead.json to (made if missing; default: print only)")
     args = parser.parse_args()
     folder = ROOT / "workloads" / args.workload
     reference = load_module(folder / "reference.py", "overhead_reference")

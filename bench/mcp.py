@@ -71,9 +71,10 @@ async def soak(url: str, sessions: int, seconds: float) -> tuple[int, int]:
 def main() -> None:
     """Run the three measurements and print the figures."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--n", type=int, default=200)
-    parser.add_argument("--sessions", type=int, default=20)
-    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--n", type=int, default=200,
+                        help="timed calls per latency measurement (GraphQL, MCP stdio, MCP HTTP)")
+    parser.add_argument("--sessions", type=int, default=20, help="concurrent HTTP MCP sessions of the soak")
+    parser.add_argument("--seconds", type=float, default=30.0, help="length of the HTTP soak, in seconds")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench-mcp-"))
     kb = KnowledgeBase(EmbeddedStore(folder))

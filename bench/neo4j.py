@@ -122,8 +122,9 @@ def _load_bench_search() -> Any:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--skills", type=int, default=10_000)
-    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--skills", type=int, default=10_000,
+                        help="synthetic skills both stores hold for the search measurements")
+    parser.add_argument("--queries", type=int, default=200, help="timed queries of each kind on each store")
     parser.add_argument("--batched", type=int, default=5_000, help="Skill+Risk pairs written in batches")
     parser.add_argument("--single", type=int, default=500, help="Skill+Risk pairs written one per tx")
     parser.add_argument("--clear", action="store_true", help="empty the Neo4j database first")

@@ -172,7 +172,9 @@ def main() -> int:
     parser.add_argument("--results", type=Path, default=RESULTS, help="agent evaluation rows (JSON lines)")
     parser.add_argument("--prepared", type=Path, default=Path(".eval"),
                         help="evaluate_agent.py prepare's folder (its kb/ is the knowledge base the agent used)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "profitability-h200.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "profitability-h200.json",
+                        help="JSON file for every observation, lineage only and with trials "
+                             "(default: bench/results/profitability-h200.json)")
     args = parser.parse_args()
     if not args.results.is_file():
         parser.error(f"--results {args.results}: no such file (run evaluate_agent.py run first)")

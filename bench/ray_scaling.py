@@ -114,11 +114,15 @@ def main() -> int:
                                                          "or a new one-host cluster)")
     parser.add_argument("--gpus", default=None, help="GPU counts to measure, e.g. 1,2,4,8 (default: powers of "
                                                      "two up to the cluster's GPUs)")
-    parser.add_argument("--jobs-per-gpu", type=int, default=6)
+    parser.add_argument("--jobs-per-gpu", type=int, default=6,
+                        help="timed jobs per GPU of each throughput measurement (k GPUs run k x this many)")
     parser.add_argument("--workloads", default=None, help="comma-separated names under workloads/ (default: all)")
     parser.add_argument("--cpu", action="store_true", help="interpreter mode, one actor per CPU (a dry run)")
-    parser.add_argument("--skip-speedups", action="store_true")
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--skip-speedups", action="store_true",
+                        help="measure the throughput only, not the experts' speedups local vs Ray (skipped with "
+                             "--cpu anyway)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON file for the figures, with the GPUs, versions and date (default: print only)")
     args = parser.parse_args()
     device = "cpu" if args.cpu else "auto"
     ray, _ = connect(args.address)

@@ -119,10 +119,11 @@ async def http_load(url: str, clients: int, seconds: float) -> tuple[int, int, l
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--skills", type=int, default=10_000)
-    parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--skills", type=int, default=10_000, help="synthetic skills in the store searched")
+    parser.add_argument("--queries", type=int, default=200,
+                        help="timed queries of each kind (in process, vector top-k, HTTP text query)")
+    parser.add_argument("--clients", type=int, default=50, help="concurrent HTTP clients of the load test")
+    parser.add_argument("--seconds", type=float, default=30.0, help="length of the HTTP load test, in seconds")
     args = parser.parse_args()
 
     data_dir = Path(tempfile.mkdtemp(prefix="klineage-bench-"))

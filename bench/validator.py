@@ -379,10 +379,13 @@ def _http(requests: int) -> dict[str, Any]:
 def main() -> int:
     """Run the benchmark; see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cpu-jobs", type=int, default=4)
-    parser.add_argument("--gpu-jobs", type=int, default=0)
-    parser.add_argument("--http-requests", type=int, default=200)
-    parser.add_argument("--no-http", action="store_true")
+    parser.add_argument("--cpu-jobs", type=int, default=4,
+                        help="honest rowsum jobs, all gates, interpreter mode: jobs per minute on CPU (0: none)")
+    parser.add_argument("--gpu-jobs", type=int, default=0,
+                        help="the same on the GPU, performance gate included (needs CUDA)")
+    parser.add_argument("--http-requests", type=int, default=200,
+                        help="identical POST /v1/validate calls answered from the cache: p50/p90/p99 latency")
+    parser.add_argument("--no-http", action="store_true", help="skip the cached-answer latency over HTTP")
     parser.add_argument("--cold-warm", type=int, default=0, help="jobs cold and warm, seconds split by gate")
     parser.add_argument("--cpu", action="store_true", help="interpreter mode for the job figures, even on a GPU")
     parser.add_argument("--from-cache", type=Path, help="an evaluation's result cache: what the validator cost there "
@@ -400,7 +403,7 @@ def main() -> int:
     parser.add_argument("--compare", type=Path, nargs=2, metavar=("BEFORE", "AFTER"), help="two --concurrent "
                         "reports of the same candidates: seconds per candidate and gate before/after, and how far "
                         "each speedup moved (reads only)")
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, help="also write the figures as JSON (machine, versions, date)")
     args = parser.parse_args()
     if args.compare:
         found = compare_solo(*args.compare)

@@ -37,9 +37,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="folder for lineages/ and replay/")
     parser.add_argument("--budget-s", type=float, default=520.0, help="total wall-time budget")
-    parser.add_argument("--cache", type=Path, default=Path(".klineage/walk-cache.sqlite"))
-    parser.add_argument("--parallel", type=int, default=6)
-    parser.add_argument("--rep-ms", type=float, default=50.0)
+    parser.add_argument("--cache", type=Path, default=Path(".klineage/walk-cache.sqlite"),
+                        help="SQLite cache of gate results: carry it to the next call and the walks resume where "
+                             "they stopped (default: .klineage/walk-cache.sqlite)")
+    parser.add_argument("--parallel", type=int, default=6,
+                        help="candidates' checking jobs run at a time (performance jobs always run one by one)")
+    parser.add_argument("--rep-ms", type=float, default=50.0,
+                        help="timed milliseconds per case of a candidate (the starting kernel's gate keeps the "
+                             "default, 100)")
     parser.add_argument("--host-lead-us", type=float, default=0.0,
                         help="keep the GPU busy this long after each L2 flush so the host launch path stays "
                              "out of the times (0: the method of the committed walks; other values are cached "
@@ -47,8 +52,11 @@ def main() -> int:
     parser.add_argument("--validator", default=None,
                         help="where the jobs run: local (default), http://HOST:PORT, or a Ray cluster (ray, "
                              "ray:auto, ray:HOST:6379): one actor per GPU, --cache shared by all")
-    parser.add_argument("--workloads", default=",".join(ORDER))
-    parser.add_argument("--no-replay", action="store_true")
+    parser.add_argument("--workloads", default=",".join(ORDER),
+                        help=f"comma-separated names under workloads/, walked in this order "
+                             f"(default: {','.join(ORDER)}, cheapest first)")
+    parser.add_argument("--no-replay", action="store_true",
+                        help="write the lineages only, without the replay check of complete walks")
     parser.add_argument("--pack", action="store_true",
                         help="at the end, put lineages/ and replay/ into results.tgz (a device call returns "
                              "at most 8 files)")
