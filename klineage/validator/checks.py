@@ -38,9 +38,11 @@ third call on the same tensors, refilled in place with another seed's data, give
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -225,14 +227,51 @@ def _sync(device: str) -> None:
 _REFERENCE_TURN = threading.Lock()
 
 
+#: Seconds the trusted side spent on the gate running in this thread, by part (``spent``; None outside a gate).
+_SPENT: ContextVar[dict[str, float] | None] = ContextVar("klineage_trusted_spent", default=None)
+
+
+@contextmanager
+def spent(part: str) -> Iterator[None]:
+    """Add the block's wall time to ``part`` of the gate running in this thread (its ``trusted_<part>_s``
+    metric, see ``with_trusted_parts``); nothing outside a gate. Diagnostic only: no verdict reads it."""
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        parts = _SPENT.get()
+        if parts is not None:
+            parts[part] = parts.get(part, 0.0) + time.perf_counter() - began
+
+
+def with_trusted_parts(gate: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``gate`` (a function returning an outcome dict) and add to its metrics where this process's own
+    time went: ``trusted_inputs_s`` (making inputs), ``trusted_reference_wait_s`` (waiting for the reference
+    turn), ``trusted_reference_s``, ``trusted_compare_s`` (judging outputs and returned inputs)."""
+    parts: dict[str, float] = {}
+    token = _SPENT.set(parts)
+    try:
+        outcome = gate()
+    finally:
+        _SPENT.reset(token)
+    outcome["metrics"] = {**outcome.get("metrics", {}),
+                          **{f"trusted_{part}_s": round(seconds, 3) for part, seconds in sorted(parts.items())}}
+    return outcome
+
+
 def expected_output(reference: Any, inputs: Sequence[Any], device: str) -> Any:
     """The workload's reference on a copy of ``inputs`` (the inputs are never touched), computed when no
     other thread of this process is computing one and finished on the device before returning."""
-    with _REFERENCE_TURN:
-        out = reference.reference(*clone_inputs(inputs))
-        if device.startswith("cuda") and torch.cuda.is_initialized():  # else nothing ran on a GPU
-            torch.cuda.synchronize()
-            release_idle_memory(torch)
+    with spent("reference_wait"):
+        _REFERENCE_TURN.acquire()
+    try:
+        with spent("reference"):
+            out = reference.reference(*clone_inputs(inputs))
+            if device.startswith("cuda") and torch.cuda.is_initialized():  # else nothing ran on a GPU
+                torch.cuda.synchronize()
+                release_idle_memory(torch)
+    finally:
+        _REFERENCE_TURN.release()
     return out
 
 
@@ -263,12 +302,20 @@ def no_hold(exclusive: bool) -> AbstractContextManager[None]:
 def run_correctness(runner: CandidateRunner, reference: Any, manifest: Any, shapes: Sequence[dict], device: str,
                     interpret: bool, uses_dot: bool, findings: Findings, seeds: int = 5,
                     hold: Callable[[bool], AbstractContextManager[None]] = no_hold) -> dict[str, Any]:
-    """The correctness gate over ``shapes`` × the manifest's dtypes; returns an outcome dict.
+    """The correctness gate over ``shapes`` × the manifest's dtypes; returns an outcome dict (its metrics
+    with the trusted side's time by part: ``with_trusted_parts``).
 
     ``hold(exclusive)`` is entered around each (shape, dtype) case, every seed and pinned config of it
     (inputs, reference, candidate, comparison): a timing run waits for at most one case of this gate, and
     the gate for at most one timed case per case (the device lock is phase-fair).
     """
+    return with_trusted_parts(lambda: _correctness_gate(runner, reference, manifest, shapes, device, interpret,
+                                                        uses_dot, findings, seeds, hold))
+
+
+def _correctness_gate(runner: CandidateRunner, reference: Any, manifest: Any, shapes: Sequence[dict], device: str,
+                      interpret: bool, uses_dot: bool, findings: Findings, seeds: int,
+                      hold: Callable[[bool], AbstractContextManager[None]]) -> dict[str, Any]:
     worst: dict[str, float] = {}
     judged = 0
     skipped: list[str] = []
@@ -325,8 +372,9 @@ def _correctness_case(runner: CandidateRunner, reference: Any, shape: dict, dtyp
         if config is not None:
             label += f" config {config}"
         try:
-            made = reference.make_inputs(dict(shape), dtype, seed, device=device)
-            inputs = transform_inputs(made, dist, seed)
+            with spent("inputs"):
+                made = reference.make_inputs(dict(shape), dtype, seed, device=device)
+                inputs = transform_inputs(made, dist, seed)
             ref_out = expected_output(reference, inputs, device)
         except Exception as exc:
             return {"status": "fail", "reason": f"the workload's reference failed on {label}: {one_line(exc)}",
@@ -337,7 +385,8 @@ def _correctness_case(runner: CandidateRunner, reference: Any, shape: dict, dtyp
             return {"status": "fail", "reason": f"run raised on {label}: {exc}", "metrics": {"case": label}}
         findings.add(result)
         try:
-            rel = judge(result, ref_out, tol)
+            with spent("compare"):
+                rel = judge(result, ref_out, tol)
         except CaseFailure as exc:
             return {"status": "fail", "reason": f"{label}: {exc}", "metrics": {"case": label}}
         worst[dtype] = max(worst.get(dtype, 0.0), rel)
@@ -377,8 +426,16 @@ def run_integrity(runner: CandidateRunner, reference: Any, manifest: Any, shapes
     an autotuned candidate first gets one call of its own per case inside ``hold(True)``: its first
     unpinned call per shape is where Triton's autotuner times the configs, and that choice must be made on
     a quiet GPU, as the performance gate's timing is; the checked calls that follow (the inputs sent back,
-    compared) then need the device only shared.
+    compared) then need the device only shared. The outcome's metrics carry the trusted side's time by
+    part (``with_trusted_parts``).
     """
+    return with_trusted_parts(lambda: _integrity_gate(runner, reference, manifest, shapes, device, findings,
+                                                      interpret, uses_dot, hold))
+
+
+def _integrity_gate(runner: CandidateRunner, reference: Any, manifest: Any, shapes: Sequence[dict], device: str,
+                    findings: Findings, interpret: bool, uses_dot: bool,
+                    hold: Callable[[bool], AbstractContextManager[None]]) -> dict[str, Any]:
     cases = 0
     if findings.violations:
         return _violation_outcome(findings.violations, {"host_op_violations": dict(findings.violations)})
@@ -404,8 +461,9 @@ def _integrity_case(runner: CandidateRunner, reference: Any, manifest: Any, shap
     if tunes:
         try:
             with hold(True):  # the autotuner's sweep for this shape: on a quiet GPU
-                inputs = reference.make_inputs(dict(shape), dtype, 4242, device=device)
-                saved = _snapshot(inputs)
+                with spent("inputs"):
+                    inputs = reference.make_inputs(dict(shape), dtype, 4242, device=device)
+                    saved = _snapshot(inputs)
                 findings.add(runner.call("integrity", inputs))
         except CandidateError as exc:
             return {"status": "fail", "reason": f"run raised on {label}: {exc}", "metrics": {"case": label}}
@@ -413,9 +471,11 @@ def _integrity_case(runner: CandidateRunner, reference: Any, manifest: Any, shap
             return _integrity_checked_calls(runner, reference, manifest, shape, dtype, device, label, inputs,
                                             saved, findings, interpret, uses_dot, sent=True)
     with hold(False):
-        inputs = reference.make_inputs(dict(shape), dtype, 4242, device=device)
+        with spent("inputs"):
+            inputs = reference.make_inputs(dict(shape), dtype, 4242, device=device)
+            saved = _snapshot(inputs)
         return _integrity_checked_calls(runner, reference, manifest, shape, dtype, device, label, inputs,
-                                        _snapshot(inputs), findings, interpret, uses_dot, sent=False)
+                                        saved, findings, interpret, uses_dot, sent=False)
 
 
 def _integrity_checked_calls(runner: CandidateRunner, reference: Any, manifest: Any, shape: dict, dtype: str,
@@ -430,10 +490,12 @@ def _integrity_checked_calls(runner: CandidateRunner, reference: Any, manifest: 
         if first.inputs is None or len(first.inputs) != len(saved):
             return {"status": "fail", "metrics": {"case": label},
                     "reason": f"the worker did not send back the inputs on {label}"}
-        for i, (now, then) in enumerate(zip(first.inputs, saved, strict=True)):
-            if not _same_bits(now, then):
-                return {"status": "fail", "metrics": {"case": label},
-                        "reason": f"run modified its input {i} on {label}"}
+        with spent("compare"):
+            changed = next((i for i, (now, then) in enumerate(zip(first.inputs, saved, strict=True))
+                            if not _same_bits(now, then)), None)
+        if changed is not None:
+            return {"status": "fail", "metrics": {"case": label},
+                    "reason": f"run modified its input {changed} on {label}"}
         if first.launches <= 0:
             return {"status": "fail", "metrics": {"case": label},
                     "reason": f"run returned without launching a Triton kernel on {label}"}
@@ -444,10 +506,13 @@ def _integrity_checked_calls(runner: CandidateRunner, reference: Any, manifest: 
                     "reason": f"the second call launched no Triton kernel on {label} (memoized output)"}
     except CandidateError as exc:
         return {"status": "fail", "reason": f"run raised on {label}: {exc}", "metrics": {"case": label}}
-    if not _same_bits(first.out, second.out):
+    with spent("compare"):
+        same = _same_bits(first.out, second.out)
+    if not same:
         return {"status": "fail", "metrics": {"case": label},
                 "reason": f"two runs on the same inputs differ on {label} (non-deterministic output)"}
-    refill = reference.make_inputs(dict(shape), dtype, 4343, device=device)
+    with spent("inputs"):
+        refill = reference.make_inputs(dict(shape), dtype, 4343, device=device)
     same_layout = all(_same_layout(a, b) for a, b in zip(inputs, refill, strict=True))
     if same_layout and not (interpret and dtype == "bf16" and uses_dot):  # else: not judgeable
         expected = expected_output(reference, refill, device)
@@ -455,7 +520,8 @@ def _integrity_checked_calls(runner: CandidateRunner, reference: Any, manifest: 
             runner.refill("integrity", refill)
             third = runner.call("integrity")
             findings.add(third)
-            judge(third, expected, float(manifest.tolerance[dtype]))
+            with spent("compare"):
+                judge(third, expected, float(manifest.tolerance[dtype]))
         except CaseFailure as exc:
             return {"status": "fail", "metrics": {"case": label},
                     "reason": f"after the same input tensors were refilled in place on {label}, the output "

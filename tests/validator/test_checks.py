@@ -290,3 +290,14 @@ def test_an_integrity_case_waits_for_the_device_once_per_kind_of_hold(configs: i
                             hold=counting_hold)
     assert outcome["status"] == "pass", outcome
     assert taken == holds_per_case * 2
+
+
+def test_the_checking_gates_say_where_the_trusted_side_spent_its_time() -> None:
+    from klineage.validator.checks import Findings, run_integrity
+
+    runner, reference, manifest, hold, _ = _integrity_fixture()
+    outcome = run_integrity(runner, reference, manifest, [{"n": 4}], "cpu", Findings(), hold=hold)
+    assert outcome["status"] == "pass", outcome
+    parts = {k for k in outcome["metrics"] if k.startswith("trusted_")}
+    assert parts == {"trusted_inputs_s", "trusted_compare_s", "trusted_reference_s", "trusted_reference_wait_s"}
+    assert all(outcome["metrics"][k] >= 0 for k in parts)
