@@ -66,8 +66,9 @@ def _same(a: float, b: float) -> bool:
 
 
 def share(tensors: Sequence[Any]) -> list[dict[str, Any]]:
-    """The IPC description of each tensor of a flat sequence of CUDA tensors; IpcError when an item is not
-    a CUDA tensor (or the sequence is too long)."""
+    """The IPC description of each tensor of a flat sequence of CUDA tensors; IpcError, with none of them
+    lent, when an item is not a dense CUDA tensor of a dtype the receiver rebuilds (or the sequence is too
+    long)."""
     import torch
     from torch.multiprocessing.reductions import reduce_tensor
 
@@ -84,7 +85,10 @@ def share(tensors: Sequence[Any]) -> list[dict[str, Any]]:
     out = []
     for t in tensors:
         t = t.detach()
-        _, args = reduce_tensor(t)
+        try:
+            _, args = reduce_tensor(t)
+        except Exception as exc:  # e.g. memory this process mapped from another: the socket instead
+            raise IpcError(f"ipc: could not share a tensor ({type(exc).__name__}: {exc})") from exc
         (_, size, stride, offset, _, dtype, device, handle, nbytes, off_bytes, _, rc_handle, rc_offset, event,
          event_sync) = args
         out.append({"size": [int(x) for x in size], "stride": [int(x) for x in stride], "offset": int(offset),
@@ -96,7 +100,9 @@ def share(tensors: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 def _shareable(torch: Any, value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and value.device.type == "cuda" and value.layout == torch.strided
+    """A dense CUDA tensor of a dtype a receiver rebuilds (``_DTYPES``): checked before anything is lent."""
+    return (isinstance(value, torch.Tensor) and value.device.type == "cuda" and value.layout == torch.strided
+            and str(value.dtype).removeprefix("torch.") in _DTYPES)
 
 
 def share_among(values: Sequence[Any]) -> tuple[dict[str, Any], list[Any]] | None:
