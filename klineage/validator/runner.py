@@ -11,6 +11,7 @@ that did not run is a failure, never a pass. Importing this module does not impo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import re
 import shutil
@@ -266,7 +267,8 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
     outputs and findings over a channel (``trusted.RemoteCandidate``). A gate that was requested and did
     not run is a ``fail`` (never a pass); after a crash or a time-out the result is not cacheable. A job that
     ran out of GPU memory (``out_of_memory``) runs once more holding the GPU alone (``DeviceLock.alone``;
-    ``notes["out_of_memory_retry"]`` says why) and is not cached if it runs out again.
+    ``notes["out_of_memory_retry"]`` says why) and is not cached if it runs out again (its reason then
+    begins with ``SHORT_ALONE``: ``crowded_out`` no longer counts it as the crowd's failure).
 
     ``gates`` come from ``normalize_gates``; ``device`` from ``probe_device``. On a CPU device the worker
     runs under ``TRITON_INTERPRET=1`` (the compile gate in a compile-mode worker). ``timeout_s``
@@ -304,7 +306,10 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
                 _release_trusted_memory(keep_bytes=0)
                 notes["idle_workers_retired"] = (pool or default_pool()).retire_idle(gpu_only=True)
                 lost_gate = run_gates()
-        if lost_gate or (crowded and out_of_memory(outcomes.values())):
+        if crowded and out_of_memory(outcomes.values()):
+            cacheable = False
+            _mark_short_alone(outcomes)
+        if lost_gate:
             cacheable = False
     final, complete = assemble_gates(outcomes, gates)
     cacheable = cacheable and complete
@@ -317,10 +322,27 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
 _OUT_OF_MEMORY = re.compile(r"OutOfMemoryError|CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")
 
 
+#: Begins the reason of a gate that ran out of GPU memory in the lone retry too (``validate_job``).
+SHORT_ALONE = "out of GPU memory with the GPU to itself too: "
+
+
 def crowded_out(result: GateResult) -> bool:
-    """Whether ``result`` failed only because the GPU ran out of memory (the crowd's failure, not the
-    candidate's: ``out_of_memory``). Such a result is never cached; a caller may ask again later."""
-    return result.verdict != "pass" and out_of_memory(result.gates) is not None
+    """Whether ``result`` failed only because the GPU ran out of memory beside other jobs (the crowd's
+    failure, not the candidate's: ``out_of_memory``), so that a caller may ask again later. A job that ran out
+    in its lone retry too (``SHORT_ALONE``) is not: it needs more memory than other jobs leave it even when
+    none of them runs. Neither kind is cached."""
+    if result.verdict == "pass":
+        return False
+    reason = out_of_memory(result.gates)
+    return reason is not None and not reason.startswith(SHORT_ALONE)
+
+
+def _mark_short_alone(outcomes: dict[str, GateOutcome]) -> None:
+    """Prefix ``SHORT_ALONE`` to the reason of the gate that ran out of memory in the lone retry."""
+    for gate, outcome in outcomes.items():
+        if outcome.status == "fail" and _OUT_OF_MEMORY.search(outcome.reason):
+            outcomes[gate] = dataclasses.replace(outcome, reason=SHORT_ALONE + outcome.reason)
+            return
 
 
 def out_of_memory(outcomes: Iterable[GateOutcome]) -> str | None:

@@ -253,8 +253,22 @@ def test_a_job_that_ran_out_of_gpu_memory_runs_again_alone_and_is_cached_only_if
     assert job.notes["out_of_memory_retry"].startswith("run raised")
     assert job.result.verdict == ("fail" if second_run_oom else "pass")
     assert job.cacheable is (not second_run_oom)
-    assert runner.out_of_memory(job.result.gates) == (OOM if second_run_oom else None)
+    assert runner.out_of_memory(job.result.gates) == (runner.SHORT_ALONE + OOM if second_run_oom else None)
+    # short of memory even alone: the candidate's own need, not the crowd's (a caller does not ask again)
+    assert not runner.crowded_out(job.result)
     assert job.notes["idle_workers_retired"] == 0  # before the lone run: idle GPU workers' memory given back
+
+
+def test_only_a_shortage_beside_other_jobs_is_the_crowds() -> None:
+    from klineage.schema.gate_result import GateOutcome, GateResult
+    from klineage.validator import runner
+
+    def result(reason: str) -> GateResult:
+        return GateResult("sha", "gpu", {}, (GateOutcome("correctness", "fail", reason),), "w", "2026-12-07")
+
+    assert runner.crowded_out(result(OOM))
+    assert not runner.crowded_out(result(runner.SHORT_ALONE + OOM))
+    assert not runner.crowded_out(result("run raised on bf16: ValueError"))
 
 
 def test_retiring_idle_workers_leaves_busy_and_cpu_ones_alone() -> None:
