@@ -225,9 +225,10 @@ def _quantile(values: list[float], q: float) -> float:
 
 # where a gate's wall time went (runner metrics), and its part that held the GPU alone
 SPLIT = ("lock_wait_s", "worker_round_trip_s", "worker_busy_s", "held_alone_s", "trusted_inputs_s",
-         "trusted_reference_wait_s", "trusted_reference_s", "trusted_compare_s")
+         "trusted_reference_wait_s", "trusted_reference_s", "trusted_compare_s", "trusted_release_s")
 SPLIT_LABELS = ("queued for the device", "waiting on the worker", "worker working", "GPU held alone",
-                "making inputs", "waiting for the reference turn", "reference", "comparing")
+                "making inputs", "waiting for the reference turn", "reference", "comparing",
+                "giving cached memory back")
 
 
 def _one_per_job(rows: list[tuple[str, str, dict[str, Any]]]) -> list[tuple[str, str, dict[str, Any]]]:

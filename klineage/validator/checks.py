@@ -247,7 +247,8 @@ def spent(part: str) -> Iterator[None]:
 def with_trusted_parts(gate: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Run ``gate`` (a function returning an outcome dict) and add to its metrics where this process's own
     time went: ``trusted_inputs_s`` (making inputs), ``trusted_reference_wait_s`` (waiting for the reference
-    turn), ``trusted_reference_s``, ``trusted_compare_s`` (judging outputs and returned inputs)."""
+    turn), ``trusted_reference_s``, ``trusted_compare_s`` (judging outputs and returned inputs),
+    ``trusted_release_s`` (giving idle cached memory back after each hold: ``runner._hold_for``)."""
     parts: dict[str, float] = {}
     token = _SPENT.set(parts)
     try:

@@ -550,6 +550,8 @@ def _hold_for(where: str, on_gpu: bool) -> Callable[[bool], contextlib.AbstractC
     """
     if not on_gpu:
         return lambda exclusive: contextlib.nullcontext()
+    from klineage.validator.checks import spent
+
     lock = device_lock(where)
 
     @contextlib.contextmanager
@@ -558,7 +560,8 @@ def _hold_for(where: str, on_gpu: bool) -> Callable[[bool], contextlib.AbstractC
             with lock.exclusive() if exclusive else lock.shared():
                 yield
         finally:  # a case's reference tensors are freed by now: other jobs' processes may need the memory
-            _release_trusted_memory()
+            with spent("release"):
+                _release_trusted_memory()
 
     return hold
 

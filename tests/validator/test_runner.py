@@ -301,3 +301,15 @@ def test_a_launch_keyword_that_an_autotune_config_also_sets_fails_on_cpu_as_trit
     failed = result.failed_gate
     assert failed is not None and failed.gate == "correctness", result.gates
     assert "num_warps" in failed.reason and "also sets" in failed.reason, failed.reason
+
+
+def test_a_gpu_hold_counts_the_memory_it_gives_back_into_the_gates_trusted_time() -> None:
+    from klineage.validator import runner
+    from klineage.validator.checks import with_trusted_parts
+
+    def gate() -> dict:
+        with runner._hold_for("cuda:0", True)(False):  # no CUDA here: the release finds nothing to give back
+            pass
+        return {"status": "pass", "metrics": {}}
+
+    assert set(with_trusted_parts(gate)["metrics"]) == {"trusted_release_s"}
