@@ -8,6 +8,10 @@ allocation, copies it into memory of its own at once, drops the mapping, and che
 the sender's checksum, so a mapping gone wrong is an error, never silently different data. The sender
 keeps the tensors alive until the receiver has answered (requests are synchronous).
 
+A message's values travel split (``share_among`` / ``receive_among``): its CUDA tensors through IPC, each
+with its place, everything else (a workload's int or float argument, CPU tensors) through the socket; a
+list is lent all or nothing (``share``).
+
 Which side builds the tensors from which fields is fixed here, on the receiving side: the classes are
 never read from the message. Anything unexpected raises ``IpcError`` and the caller falls back to the
 socket. ``KLINEAGE_VALIDATOR_IPC=0`` turns the transport off.
