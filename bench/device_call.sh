@@ -43,9 +43,16 @@ CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o -i 
 CARD="${CARD:-gpu}"
 COMMITTED_CACHE="bench/results/agent-${CARD}-cache.sqlite"
 echo "card: $CARD (cache $COMMITTED_CACHE)" | tee -a "$OUT/gpu.txt"
-# the baseline process keeps the vendor's time when the trusted process is busy (timing method 2)
-timeout 120 python3 -m pytest -q -p no:cacheprovider tests/validator/test_gpu.py -k baseline_process 2>&1 \
-  | tail -5 | tee "$OUT/checks.log"
+# the baseline process keeps the vendor's time when the trusted process is busy (timing method 2); checked
+# once per machine and validator code: a later call on the same warm machine says so and goes on
+BASELINE_OK="/tmp/klineage-baseline-process-ok-$(cat klineage/validator/*.py | sha256sum | cut -c1-12)"
+if [ -f "$BASELINE_OK" ]; then
+  echo "baseline process: checked earlier on this machine ($BASELINE_OK)" | tee "$OUT/checks.log"
+else
+  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/validator/test_gpu.py -k baseline_process 2>&1 \
+    | tail -5 | tee "$OUT/checks.log"
+  grep -q " passed" "$OUT/checks.log" && ! grep -q "failed" "$OUT/checks.log" && touch "$BASELINE_OK"
+fi
 if [ -n "${PRE_TESTS:-}" ]; then
   # shellcheck disable=SC2086
   timeout 300 python3 -m pytest -q -p no:cacheprovider $PRE_TESTS 2>&1 | tail -15 | tee -a "$OUT/checks.log"
