@@ -99,7 +99,8 @@ class Skill:
         description="When no PROFITABLE_WHEN rule was kept: what the timings showed "
                     "('paid on x of n measured shapes; no rule separates them'); empty otherwise.")
     applied: int = strawberry.field(default=0, description="Applications of it by agents on new code.")
-    verified: int = strawberry.field(default=0, description="Applications a gate result judged.")
+    verified: int = strawberry.field(
+        default=0, description="Trials: applications a gate result judged (failed, or passed and timed).")
     paid: int = strawberry.field(default=0, description="Verified applications that passed and ran faster.")
     field_effect: Effect | None = strawberry.field(
         default=None, description="Speedups of its verified, passing applications on new code.")
@@ -280,5 +281,7 @@ class Application:
     outcome: str
     speedup: float | None
     recorded_at: str
-    verified: bool = strawberry.field(default=False, description="True when a gate result judged the kernel.")
+    verified: bool = strawberry.field(
+        default=False, description="True when a gate result judged what the skill did: the kernel failed a gate, "
+                                   "or passed with its speedup measured (a pass with nothing timed is not).")
     verdict: str | None = strawberry.field(default=None, description="That gate result's verdict.")

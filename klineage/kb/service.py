@@ -446,9 +446,11 @@ class KnowledgeBase:
         """Record an agent's use of a skill on new code, and update the skill from it.
 
         An Application node USED the skill and is ON the kernel (a Kernel node is added for the source
-        when new). With ``gate_result`` (the validator's verdict on this very source) the application
-        is verified: the result is stored as a GateRun node, (Kernel)-[:VALIDATED_BY]->(GateRun), and
-        the application names it. The skill's ``applied``, ``verified`` and ``paid`` counts and its
+        when new). With ``gate_result`` (the validator's verdict on this very source) the result is stored
+        as a GateRun node, (Kernel)-[:VALIDATED_BY]->(GateRun), and the application names it; it is then
+        verified when it failed a gate or passed with a speedup (``Application.verified``: a pass with
+        nothing timed, under the interpreter, judged correctness only and is no trial of the skill's profit).
+        The skill's ``applied``, ``verified`` and ``paid`` counts and its
         ``field_effect`` (speedups of verified, passing applications) are recomputed from all its
         applications; a speedup claimed without a gate result is kept on the application but never
         moves the effect. ``context``: the problem features of the measured shape (for re-induction).

@@ -135,7 +135,8 @@ class Skill:
     5 of 9 measured shapes; no rule separates them"); empty otherwise.
 
     The feedback loop: ``applied`` counts agents' applications of it on new code, ``verified`` those a
-    gate result judged, ``paid`` the verified ones that passed and ran faster (speedup >= ``PAID``), and
+    gate result judged (failed a gate, or passed and timed: ``Application.verified``), ``paid`` the
+    verified ones that passed and ran faster (speedup >= ``PAID``), and
     ``field_effect`` the speedup distribution of the verified, passing ones (unverified claims never
     move it)."""
 
@@ -189,6 +190,9 @@ class Skill:
                         f"evidence (median {self.effect.median:.2f}×) says")
             return "admitted: verified trials on new code passed without paying, as its lineage evidence says"
         if not self.verified:
+            if self.applied:
+                return (f"hypothesis: no timed trial on new code yet ({self.applied} application(s) by agents, "
+                        "none judged for speed)")
             return "hypothesis: no agent has tried it on new code under the gates yet"
         return (f"hypothesis: {self.verified} verified trial(s) on new code, none reproduced the direction of its "
                 "lineage evidence")
@@ -262,8 +266,10 @@ class Application:
 
     @property
     def verified(self) -> bool:
-        """True when a gate result judged the kernel."""
-        return bool(self.gate_run_id)
+        """True when a gate result judged what the skill did: the kernel failed a gate, or it passed and its
+        speedup was measured. A pass with nothing timed (the Triton interpreter, no GPU) judged correctness
+        only: it is no trial of the skill's profit, so it never counts against it (nor for it)."""
+        return bool(self.gate_run_id) and (self.verdict != "pass" or self.speedup is not None)
 
     @property
     def paid(self) -> bool:

@@ -60,6 +60,26 @@ def test_verified_and_unverified_applications(kb: KnowledgeBase) -> None:
         kb.record_application(SKILL, "k4 = 4\n", "pass", 1.1, gate_result=gate("other\n"))
 
 
+def test_a_pass_with_nothing_timed_is_no_trial_of_profit(kb: KnowledgeBase) -> None:
+    """Agents on a machine without a GPU validate under the interpreter: the kernel passed, nothing was timed.
+    Recorded (applied), such a pass neither pays nor counts against the skill (it was no trial of its profit),
+    so CPU runs cannot talk a measured skill out of its confidence."""
+    before = next(h for h in kb.search(text="large gemm tiles", limit=10) if h.skill.id == SKILL)
+    for i in range(4):
+        source = f"cpu = {i}\n"
+        app = kb.record_application(SKILL, source, "pass", None, gate_result=gate(source))
+        assert not app.verified and app.gate_run_id
+    skill = kb.skill(SKILL)
+    assert skill is not None and (skill.applied, skill.verified, skill.paid) == (4, 0, 0)
+    assert skill.admission.startswith("hypothesis: no timed trial")
+    after = next(h for h in kb.search(text="large gemm tiles", limit=10) if h.skill.id == SKILL)
+    assert after.confidence == before.confidence and after.score == before.score
+    source = "cpu = fail\n"  # a failed gate judged the move: that is a trial (it did not pay)
+    assert kb.record_application(SKILL, source, "fail-correctness", None, gate_result=gate(source, "fail")).verified
+    failed = kb.skill(SKILL)
+    assert failed is not None and (failed.applied, failed.verified, failed.paid) == (5, 1, 0)
+
+
 def test_enough_verified_applications_reinduce_the_rule(kb: KnowledgeBase) -> None:
     old = [c.expr for c in kb.conditions([SKILL], "profitable")[SKILL]]
     n = MIN_VERIFIED + 6
