@@ -7,12 +7,11 @@ dtypes) and derives what retrieval needs: a problem text for embedding search an
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from klineage.kb.features import FeatureError, canonical_name, case_features, manifest_roles
+from klineage.kb.features import workload_context
 from klineage.schema.errors import FormatError, KLineageError
 from klineage.schema.manifest import Shape, WorkloadManifest, load_manifest
 
@@ -44,40 +43,25 @@ class Problem:
         return f"optimize a {self.family} Triton kernel: {self.manifest.description}"
 
     def representative_shape(self) -> Shape:
-        """The grid shape of median size (by the product of its integer dims): the shape search and
+        """The grid shape of median size (``WorkloadManifest.representative_shape``): the shape search and
         the planner reason about when one shape must stand for the grid."""
-        shapes = sorted(self.manifest.shapes, key=_size)
-        return shapes[len(shapes) // 2]
+        return self.manifest.representative_shape()
 
     def grid_contexts(self, arch: int | None = None) -> list[dict[str, Any]]:
         """``search_context`` of every shape of the grid (what a profitability rule is checked on)."""
         return [self.search_context(arch, shape) for shape in self.manifest.shapes]
 
     def search_context(self, arch: int | None = None, shape: Shape | None = None) -> dict[str, Any]:
-        """``shape`` (default: the representative one) and the first dtype as search-context features: the
-        portable features
-        (bytes, flops, rows, reduce_len, ... from the manifest's dim roles, ``kb.features.case_features``)
-        plus the dims whose names the condition language knows; a dim it does not know is left out (it
-        would be refused), never renamed by guess."""
-        shape = shape if shape is not None else self.representative_shape()
-        dtype = self.manifest.dtypes[0]
-        try:
-            features = case_features(shape, dtype, manifest_roles(self.manifest), self.family, arch=arch)
-        except FeatureError:  # a dim without a role: the local names are all search can use
-            features = {**shape, "dtype": dtype, **({"arch": arch} if arch is not None else {})}
-        context: dict[str, Any] = {}
-        for name, value in features.items():
-            if value is None:
-                continue
-            try:
-                context[canonical_name(name)] = value
-            except FeatureError:
-                continue
-        return context
+        """``shape`` (default: the representative one) and the first dtype as search-context features
+        (``kb.features.workload_context``: the portable features from the manifest's dim roles, plus the
+        dims whose names the condition language knows; a dim it does not know is left out, never renamed by
+        guess, and ``context_note`` says so)."""
+        return workload_context(self.manifest, shape if shape is not None else self.representative_shape(),
+                                arch).context
 
-
-def _size(shape: Shape) -> float:
-    return math.prod(float(v) for v in shape.values() if isinstance(v, int) and not isinstance(v, bool))
+    def context_note(self) -> str:
+        """What the search context had to leave out of the manifest's dims and how to fix it; "" if nothing."""
+        return workload_context(self.manifest, self.representative_shape()).note(self.manifest)
 
 
 def load_problem(kernel: Path | str | None, workload_dir: Path | str) -> Problem:

@@ -20,6 +20,7 @@ from rich.table import Table
 from klineage.agent import METHODS, AgentReport, ProblemError, load_problem, make_planner, optimize
 from klineage.agent.moves import Move
 from klineage.agent.state import AgentState
+from klineage.cli.console import fail, say
 from klineage.validator.factory import VALIDATOR_HELP
 
 out = Console()
@@ -27,8 +28,7 @@ err = Console(stderr=True, soft_wrap=True)
 
 
 def _fail(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}")
-    return typer.Exit(2)
+    return fail(message)
 
 
 def _validator(spec: str | None, cache: Path | None, cpu: bool) -> Any:
@@ -111,6 +111,8 @@ def optimize_command(
     """
     if method not in METHODS:
         raise _fail(f"--method {method!r}: expected one of {', '.join(METHODS)}")
+    if output is not None:  # checked before any validator call: a bad path must not cost the run's GPU time
+        _check_output(output)
     try:
         problem = load_problem(kernel, workload)
     except ProblemError as exc:
@@ -132,21 +134,33 @@ def optimize_command(
 
     try:
         report = optimize(problem, planner, _validator(validator, cache, cpu), budget=budget,
-                          kb=None if no_record else kb, progress=lambda line: err.print(line, highlight=False))
+                          kb=None if no_record else kb, progress=say)
     except ValidationRequestError as exc:
         raise _fail(str(exc)) from exc
     except ValidatorUnavailable as exc:
         err.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(3) from exc
-    if output is not None and report.best_source is not None:
-        output.write_text(report.best_source, encoding="utf-8")
-        err.print(f"wrote {output}")
     if as_json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
     else:
         _print_report(report)
+    if output is not None and report.best_source is not None:
+        try:
+            output.write_text(report.best_source, encoding="utf-8")
+        except OSError as exc:  # the report is printed above: nothing of the run is lost
+            raise _fail(f"--output {output}: could not write the best kernel: {exc.strerror or exc}") from exc
+        err.print(f"wrote {output}")
     if report.best is None:
         raise typer.Exit(1)
+
+
+def _check_output(output: Path) -> None:
+    """``--output`` must name a file in an existing folder (typer.Exit 2 otherwise, before any work)."""
+    if output.is_dir():
+        raise _fail(f"--output {output}: is a folder; expected the path of the .py file to write")
+    folder = output.parent if str(output.parent) else Path(".")
+    if not folder.is_dir():
+        raise _fail(f"--output {output}: folder {folder} does not exist (create it first)")
 
 
 def register(app: typer.Typer) -> None:

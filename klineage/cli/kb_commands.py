@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from klineage.cli.console import fail, say
 from klineage.schema.errors import FormatError
 from klineage.schema.lineage_document import SAMPLE_LABEL, LineageDocument, load_lineage_document
 
@@ -26,8 +27,7 @@ err = Console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}")
-    return typer.Exit(code)
+    return fail(message, code)
 
 
 def _kb() -> Any:
@@ -141,13 +141,19 @@ def _context_pairs(pairs: list[str]) -> dict[str, Any]:
 
 
 def _context_from_workload(directory: Path) -> dict[str, Any]:
+    """The workload's representative shape as a search context, as the agent sees it
+    (``kb.features.workload_context``); a note on stderr when dims had to be left out."""
+    from klineage.kb.features import FeatureError, workload_context
     from klineage.schema.manifest import load_manifest
 
     try:
         manifest = load_manifest(directory)
-    except FormatError as exc:
+        found = workload_context(manifest)
+    except (FormatError, FeatureError) as exc:
         raise _fail(str(exc)) from exc
-    return {**manifest.shapes[0], "dtype": manifest.dtypes[0]}
+    if found.left_out:
+        say(f"note: {found.note(manifest)}")
+    return found.context
 
 
 def hit_to_json(hit: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from klineage.cli.console import fail
 from klineage.schema.graph import GraphBatch, Node, Relationship
 
 out = Console()
@@ -18,8 +19,7 @@ TARGETS = ("neo4j", "embedded")
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}")
-    return typer.Exit(code)
+    return fail(message, code)
 
 
 def _open(kind: str) -> Any:

@@ -1,7 +1,9 @@
 """Validator commands: ``klineage validate CANDIDATE.py --workload DIR`` and ``klineage validator serve``.
 
 Exit codes of ``validate``: 0 when the verdict is pass, 1 when a gate failed, 2 on bad usage (missing or
-non-UTF-8 candidate, missing workload folder, malformed manifest, unknown gate, bad shapes). With
+non-UTF-8 candidate, missing workload folder, malformed manifest, unknown gate, bad shapes, a workload whose
+``reference.py`` does not import or whose ``make_inputs`` fails: ``errors.WorkloadError``), printed as one
+``error: ...`` line on stderr (with ``--json`` too: stdout then stays empty). With
 ``--json`` stdout carries the gate result document alone.
 """
 
@@ -14,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from klineage.validator.cache import default_cache_path
@@ -64,7 +67,8 @@ def validate(
     from klineage.validator.runner import check_candidate_text
 
     def bad(message: str) -> typer.Exit:
-        err.print(f"[bold red]error:[/] {message}")
+        # one line however long (no wrapping at the console's width), the message's brackets taken literally
+        err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
         return typer.Exit(2)
 
     if not candidate.is_file():

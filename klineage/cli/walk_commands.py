@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from klineage.cli.console import fail
 from klineage.validator.cache import default_cache_path
 from klineage.validator.factory import VALIDATOR_HELP
 
@@ -31,8 +32,7 @@ _STYLE = {"accept": "green", "reject": "red", "skip": "yellow", "measure": "dim"
 
 
 def _bad(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}")
-    return typer.Exit(2)
+    return fail(message)
 
 
 def _write_atomic(path: Path, data: dict[str, Any]) -> None:

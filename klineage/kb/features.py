@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from klineage.kb.conditions import FEATURES
@@ -453,3 +454,50 @@ def case_features(shape: Mapping[str, int | bool], dtype: str | None, roles: Map
     if sm_count is not None:
         out["sm_count"] = int(sm_count)
     return out
+
+
+@dataclass(frozen=True)
+class WorkloadContext:
+    """A workload's shape as a search context (``workload_context``) and the dims it had to leave out."""
+
+    context: dict[str, Any]
+    left_out: tuple[str, ...] = ()
+
+    def note(self, manifest: WorkloadManifest) -> str:
+        """One line for the user when dims were left out (empty otherwise): which, and how to fix it."""
+        if not self.left_out:
+            return ""
+        return (f"{manifest.directory / 'manifest.toml'}: dim(s) {', '.join(self.left_out)} have no role the "
+                f"conditions know, so the search context leaves them out and conditions over the portable "
+                f"features (rows, reduce_len, bytes, ...) stay unknown: declare them in [workload.roles] as one "
+                f"of {', '.join(DIM_ROLES)}")
+
+
+def workload_context(manifest: WorkloadManifest, shape: Mapping[str, Any] | None = None,
+                     arch: int | None = None) -> WorkloadContext:
+    """``shape`` (default: the manifest's representative shape) and its first dtype as a search context:
+    the portable features (``case_features`` over the manifest's dim roles) plus the dims whose names the
+    condition language knows. When a dim has no role (neither declared nor inferable) the portable features
+    cannot be computed: the context is then the dims the language knows and the dtype, and the others are
+    named in ``left_out`` (never renamed by guess). The one function behind ``Problem.search_context`` and
+    ``klineage search --workload``."""
+    shape = dict(shape if shape is not None else manifest.representative_shape())
+    dtype = manifest.dtypes[0]
+    portable = True
+    try:
+        features = case_features(shape, dtype, manifest_roles(manifest), manifest.family, arch=arch)
+    except FeatureError:  # a dim without a role: the local names are all search can use
+        portable = False
+        features = {**shape, "dtype": dtype, **({"arch": arch} if arch is not None else {})}
+    context: dict[str, Any] = {}
+    left_out: list[str] = []
+    for name, value in features.items():
+        if value is None:
+            continue
+        try:
+            context[canonical_name(name)] = value
+        except FeatureError:  # a local name: with roles the portable features carry it, else it is lost
+            if not portable:
+                left_out.append(name)
+    return WorkloadContext(context, tuple(left_out))
+

@@ -27,6 +27,7 @@ family (documented there).
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -73,6 +74,15 @@ class WorkloadManifest:
     def reference_path(self) -> Path:
         """Path of reference.py."""
         return self.directory / self.reference
+
+    def representative_shape(self) -> Shape:
+        """The GPU grid's shape of median size (by the product of its integer dims): the one shape that
+        stands for the grid where one must (search contexts, the agent's planning)."""
+        def size(shape: Shape) -> float:
+            return math.prod(float(v) for v in shape.values() if isinstance(v, int) and not isinstance(v, bool))
+
+        ordered = sorted(self.shapes, key=size)
+        return ordered[len(ordered) // 2]
 
 
 def _check_shapes(source: str, key: str, value: Any) -> tuple[Shape, ...]:

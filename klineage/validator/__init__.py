@@ -16,9 +16,11 @@ adds FastAPI and is imported only when served; Ray (the ``ray`` extra) is import
 
 from klineage.schema.gate_result import GATES, GateOutcome, GateResult
 from klineage.validator.client import HttpValidator, LocalValidator, ValidatorClient, ValidatorUnavailable
+from klineage.validator.errors import ValidationRequestError, WorkloadError
 from klineage.validator.factory import make_validator
 from klineage.validator.ray_backend import RayValidator
-from klineage.validator.runner import ValidationRequestError, crowded_out
+from klineage.validator.runner import crowded_out
 
 __all__ = ["GATES", "GateOutcome", "GateResult", "HttpValidator", "LocalValidator", "RayValidator",
-           "ValidationRequestError", "ValidatorClient", "ValidatorUnavailable", "crowded_out", "make_validator"]
+           "ValidationRequestError", "ValidatorClient", "ValidatorUnavailable", "WorkloadError", "crowded_out",
+           "make_validator"]

@@ -48,6 +48,7 @@ from typing import Any, Protocol
 
 import torch
 
+from klineage.validator.errors import WorkloadError
 from klineage.validator.harness import one_line
 
 DISTRIBUTIONS: tuple[str, ...] = ("base", "scaled", "outliers")
@@ -376,6 +377,8 @@ def _correctness_case(runner: CandidateRunner, reference: Any, shape: dict, dtyp
                 made = reference.make_inputs(dict(shape), dtype, seed, device=device)
                 inputs = transform_inputs(made, dist, seed)
             ref_out = expected_output(reference, inputs, device)
+        except WorkloadError:  # make_inputs broken (trusted.TrustedReference): the workload's fault, no verdict
+            raise
         except Exception as exc:
             return {"status": "fail", "reason": f"the workload's reference failed on {label}: {one_line(exc)}",
                     "metrics": {}}

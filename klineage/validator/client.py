@@ -273,6 +273,9 @@ class HttpValidator:
             if job["status"] == "done":
                 return GateResult.from_dict(job["result"])
             if job["status"] == "error":
+                status = job.get("error_status")
+                if isinstance(status, int) and 400 <= status < 500:  # a request error found while it ran
+                    raise ValidationRequestError(str(job.get("error")), status)
                 raise ValidatorUnavailable(f"job {job_id} failed in the service: {job.get('error')}")
         return GateResult.from_dict(response.json())
 

@@ -38,6 +38,7 @@ import torch
 from klineage.validator import baseline_timer
 from klineage.validator.checks import CandidateError, CaseFailure, _flatten, case_label, expected_output, judge
 from klineage.validator.device_lock import device_lock
+from klineage.validator.errors import WorkloadError
 from klineage.validator.harness import one_line
 
 FLUSH_BYTES = 256 * 1024 * 1024
@@ -244,6 +245,8 @@ def _make_chunk(reference: Any, cases: Sequence[_Case], device: str,
             try:
                 inputs = reference.make_inputs(dict(case.shape), case.dtype, 0, device=device)
                 ref_out = expected_output(reference, inputs, device)
+            except WorkloadError:  # make_inputs broken (trusted.TrustedReference): the workload's fault, no verdict
+                raise
             except Exception as exc:
                 return made, {"status": "fail", "reason": f"timing failed on {case.label}: the workload's inputs "
                                                           f"or reference raised: {one_line(exc)}"}

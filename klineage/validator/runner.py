@@ -24,12 +24,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from klineage.schema.errors import KLineageError, ManifestError
+from klineage.schema.errors import ManifestError
 from klineage.schema.gate_result import GATES, GateOutcome, GateResult
 from klineage.schema.ids import canonical_json, kernel_sha, sha256_text
 from klineage.schema.manifest import WorkloadManifest, load_manifest
 from klineage.validator.channel import shells
 from klineage.validator.device_lock import device_lock, held_alone_s, waited_s
+from klineage.validator.errors import ValidationRequestError, WorkloadError
 from klineage.validator.gpu_memory import IDLE_KEEP_BYTES, release_idle_memory
 from klineage.validator.pool import WorkerLost, WorkerMode, WorkerPool, default_pool
 from klineage.validator.sandbox import clean_env, run_worker
@@ -38,14 +39,6 @@ from klineage.validator.static import check_source
 if TYPE_CHECKING:
     from klineage.validator.trusted import RemoteCandidate, TimeLimit
 
-
-
-class ValidationRequestError(KLineageError, ValueError):
-    """A request the validator refuses before creating a job (bad usage: exit code 2, HTTP 4xx)."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def normalize_gates(gates: Sequence[str] | str | None) -> tuple[str, ...]:
@@ -372,12 +365,13 @@ def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes:
     """Run the worker gates in order, filling ``outcomes``; the gate during which the worker was lost."""
     from klineage.validator.checks import Findings
     from klineage.validator.compile_gate import with_portability
-    from klineage.validator.trusted import TimeLimit, job_time_limit, load_trusted_reference
+    from klineage.validator.trusted import TimeLimit, TrustedReference, job_time_limit, load_trusted_reference
 
     manifest = workload.manifest
     on_gpu = device.cuda
     where = _device_string(device, visible_devices)
-    reference = load_trusted_reference(manifest.reference_path)
+    # the workload's code, its make_inputs checked for every caller: a broken workload raises WorkloadError
+    reference = TrustedReference(load_trusted_reference(manifest.reference_path))
     grid = [dict(s) for s in (shapes or (manifest.shapes if on_gpu else manifest.cpu_shapes))]
     timing = dict(timing or {})
     rep_ms = float(timing.get("rep_ms", 100.0))
@@ -444,24 +438,31 @@ def _run_phases(source: str, phases: list[tuple[list[str], WorkerMode]], pool: W
                     load_error = None
                 except CandidateError as exc:
                     load_error = str(exc)
-                for gate in phase_gates:
-                    current, started = gate, True
-                    gate_start, waited, alone = time.monotonic(), waited_s(), held_alone_s()
-                    trips, busy = candidate.round_trip_s, candidate.worker_busy_s
-                    if gate == "compile":
-                        outcome = _compile_gate(candidate, compile_cases, portability)
-                    else:
-                        outcome = _one_gate(gate, candidate, load_error, reference, manifest, grid, where,
-                                            on_gpu, uses_dot, findings, seeds, ceilings, timing, rep_ms)
-                    metrics = {**outcome.get("metrics", {}), **limit.metrics(),
-                               "gate_wall_s": round(time.monotonic() - gate_start, 3),
-                               "lock_wait_s": round(waited_s() - waited, 3),
-                               "held_alone_s": round(held_alone_s() - alone, 3),
-                               "worker_round_trip_s": round(candidate.round_trip_s - trips, 3),
-                               "worker_busy_s": round(candidate.worker_busy_s - busy, 3)}
-                    outcomes[gate] = GateOutcome(gate, outcome["status"], outcome.get("reason", ""), metrics)
-                    if outcome["status"] == "fail":
-                        break
+                try:
+                    for gate in phase_gates:
+                        current, started = gate, True
+                        gate_start, waited, alone = time.monotonic(), waited_s(), held_alone_s()
+                        trips, busy = candidate.round_trip_s, candidate.worker_busy_s
+                        if gate == "compile":
+                            outcome = _compile_gate(candidate, compile_cases, portability)
+                        else:
+                            outcome = _one_gate(gate, candidate, load_error, reference, manifest, grid, where,
+                                                on_gpu, uses_dot, findings, seeds, ceilings, timing, rep_ms)
+                        metrics = {**outcome.get("metrics", {}), **limit.metrics(),
+                                   "gate_wall_s": round(time.monotonic() - gate_start, 3),
+                                   "lock_wait_s": round(waited_s() - waited, 3),
+                                   "held_alone_s": round(held_alone_s() - alone, 3),
+                                   "worker_round_trip_s": round(candidate.round_trip_s - trips, 3),
+                                   "worker_busy_s": round(candidate.worker_busy_s - busy, 3)}
+                        outcomes[gate] = GateOutcome(gate, outcome["status"], outcome.get("reason", ""), metrics)
+                        if outcome["status"] == "fail":
+                            break
+                except WorkloadError:  # the workload's fault, no verdict: end the job in the worker, then say so
+                    try:
+                        candidate.unload()
+                    except Exception:
+                        worker.kill()
+                    raise
                 cuda_error = candidate.unload()
                 if cuda_error:
                     notes["cuda_error"] = cuda_error
@@ -598,7 +599,7 @@ def _one_gate(gate: str, candidate: RemoteCandidate, load_error: str | None, ref
                 outcome["metrics"]["ceilings_note"] = "no device ceilings given: no roofline"
             return outcome
         return {"status": "fail", "reason": f"unknown gate {gate!r}", "metrics": {}}
-    except WorkerLost:
+    except (WorkerLost, WorkloadError):  # WorkloadError: the workload is broken, no verdict (a request error)
         raise
     except Exception as exc:  # a gate that could not check fails; it never passes
         return {"status": "fail", "reason": f"{gate} could not complete: {one_line(exc)}", "metrics": {}}

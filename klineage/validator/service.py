@@ -115,6 +115,7 @@ class Job:
     finished: float | None = None
     result: dict[str, Any] | None = None
     error: str | None = None
+    error_status: int | None = None  # a request error found while the job ran (a broken workload): its 4xx
     done: threading.Event = field(default_factory=threading.Event)
     payload: tuple[Any, ...] = ()
 
@@ -127,6 +128,8 @@ class Job:
             out["verdict"] = self.result.get("verdict")
         if self.error is not None:
             out["error"] = self.error
+        if self.error_status is not None:
+            out["error_status"] = self.error_status
         return out
 
 
@@ -213,6 +216,8 @@ class JobManager:
                 job.result = result.to_dict()
                 job.cached = validator.last_cached
                 job.status = "done"
+            except ValidationRequestError as exc:  # the workload's trusted code is broken: the request's fault
+                job.status, job.error, job.error_status = "error", str(exc), exc.status
             except Exception as exc:
                 job.status, job.error = "error", f"{type(exc).__name__}: {exc}"
             finally:
@@ -404,6 +409,8 @@ def create_app(config: ServiceConfig | None = None) -> FastAPI:
         if job.status == "done" and job.result is not None:
             return JSONResponse(job.result, headers=headers)
         if job.status == "error":
+            if job.error_status is not None:
+                return _error(job.error_status, job.error or "bad request")
             return _error(500, f"job {job.id} failed in the service: {job.error}")
         return JSONResponse({"id": job.id, "status": job.status}, status_code=202, headers=headers)
 

@@ -2,7 +2,8 @@
 and the time limit a job gets.
 
 * ``load_trusted_reference`` imports a workload's ``reference.py`` here (trusted workload code: inputs,
-  reference, vendor, flops, bytes), once per file content.
+  reference, vendor, flops, bytes), once per file content; ``TrustedReference`` wraps it for a job, so that
+  a broken workload (its ``make_inputs`` raising or returning no tuple) is a request error, not a verdict.
 * ``RemoteCandidate`` drives one job in a warm worker (``pool.CandidateWorker``): it sends inputs made
   here, and turns the worker's answers into ``checks.CallResult`` (outputs read with
   ``channel.unpack``, i.e. ``torch.load(weights_only=True)``) — checking that every answer has the
@@ -15,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import math
+import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -26,6 +28,8 @@ from typing import Any
 from klineage.validator import ipc
 from klineage.validator.channel import pack, shells, unpack
 from klineage.validator.checks import CallResult, CandidateError
+from klineage.validator.errors import WorkloadError
+from klineage.validator.harness import one_line
 from klineage.validator.pool import CandidateWorker
 
 _REFERENCES: dict[tuple[str, str], ModuleType] = {}
@@ -33,7 +37,10 @@ _REFERENCES_LOCK = threading.Lock()
 
 
 def load_trusted_reference(path: Path) -> ModuleType:
-    """Import the workload's ``reference.py`` in this (trusted) process; cached by path and content."""
+    """Import the workload's ``reference.py`` in this (trusted) process; cached by path and content.
+
+    A ``reference.py`` that does not import (syntax error, missing module, an error at import) or lacks
+    ``make_inputs`` or ``reference`` raises ``errors.WorkloadError`` (a request error naming the file)."""
     data = Path(path).read_bytes()
     key = (str(Path(path).resolve()), hashlib.sha256(data).hexdigest())
     with _REFERENCES_LOCK:
@@ -41,14 +48,62 @@ def load_trusted_reference(path: Path) -> ModuleType:
             return _REFERENCES[key]
         spec = importlib.util.spec_from_file_location(f"klineage_trusted_reference_{key[1][:16]}", path)
         if spec is None or spec.loader is None:  # pragma: no cover
-            raise ImportError(f"cannot load {path}")
+            raise WorkloadError(f"{path}: cannot be loaded as a Python module")
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except SyntaxError as exc:
+            raise WorkloadError(f"{path}: line {exc.lineno}: {type(exc).__name__}: {exc.msg}") from exc
+        except Exception as exc:
+            raise WorkloadError(f"{path}: import failed: {one_line(exc)}") from exc
         for name in ("make_inputs", "reference"):
             if not callable(getattr(module, name, None)):
-                raise AttributeError(f"{path} defines no {name}()")
+                raise WorkloadError(f"{path} defines no {name}() (a workload's reference.py must define "
+                                    "make_inputs and reference, and may define vendor, flops and bytes_moved)")
         _REFERENCES[key] = module
         return module
+
+
+# A failure of make_inputs that says something about the device (memory, a CUDA error), not the workload: it
+# stays what it was (the gate fails with it; ``runner.validate_job`` retries a job that ran out of memory alone).
+_DEVICE_TROUBLE = re.compile(r"OutOfMemoryError|out of memory|CUDA error|CUDA_ERROR|cudaError", re.IGNORECASE)
+
+
+class TrustedReference:
+    """A workload's reference module (``load_trusted_reference``) whose ``make_inputs`` is checked once for
+    every caller (the compile cases, the correctness, integrity and performance gates): an exception from it
+    (but one about the device's memory or a CUDA error) or a result that is not a tuple or list of inputs
+    raises ``errors.WorkloadError`` naming the file, the case and what was expected. Every other attribute
+    (``reference``, ``vendor``, ``flops``, ``bytes_moved``, ``__file__``) is the module's."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+        self.path = str(getattr(module, "__file__", None) or "reference.py")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.module, name)
+
+    def make_inputs(self, shape: Mapping[str, Any], dtype: str, seed: int, device: str | None = None) -> Any:
+        """The module's ``make_inputs(shape, dtype, seed, device=device)``, checked (see the class)."""
+        call = f"make_inputs({dict(shape)!r}, {dtype!r}, seed {seed})"
+        try:
+            if device is None:
+                made = self.module.make_inputs(shape, dtype, seed)
+            else:
+                made = self.module.make_inputs(shape, dtype, seed, device=device)
+        except MemoryError:
+            raise
+        except Exception as exc:
+            if _DEVICE_TROUBLE.search(f"{type(exc).__name__}: {exc}"):
+                raise
+            if isinstance(exc, KeyError):
+                raise WorkloadError(f"{self.path}: {call} raised KeyError {exc} (the manifest's shapes must "
+                                    "use the keys make_inputs reads)") from exc
+            raise WorkloadError(f"{self.path}: {call} raised {one_line(exc)}") from exc
+        if not isinstance(made, tuple | list):
+            raise WorkloadError(f"{self.path}: make_inputs returned a {type(made).__name__}; expected a tuple of "
+                                f"the inputs run() takes (on {call})")
+        return made
 
 
 class RemoteCandidate:

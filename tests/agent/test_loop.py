@@ -227,6 +227,10 @@ def test_klineage_optimize_says_what_is_wrong(tmp_path: Path) -> None:
     method = runner.invoke(app, ["optimize", str(ROOT / "heldout/rmsnorm/naive.py"), "-w",
                                  str(ROOT / "heldout/rmsnorm"), "--method", "magic"])
     assert method.exit_code == 2 and "expected one of" in method.output
+    kernel_args = ["optimize", str(ROOT / "heldout/rmsnorm/naive.py"), "-w", str(ROOT / "heldout/rmsnorm")]
+    for bad, needle in [(tmp_path / "no_folder" / "best.py", "does not exist"), (tmp_path, "is a folder")]:
+        result = runner.invoke(app, [*kernel_args, "-o", str(bad)])  # refused before any validator call
+        assert result.exit_code == 2 and needle in result.output and "Traceback" not in result.output, result.output
 
 
 def test_planners_see_the_shapes_that_are_timed_or_the_gpu_grid_when_nothing_is() -> None:

@@ -166,3 +166,59 @@ def test_case_features_values_by_role() -> None:
                           sm_count=132)
     assert tiled["tiles"] == 8 * 3 and tiled["waves"] == pytest.approx(24 / 132)
     assert set(PORTABLE) <= FEATURES
+
+
+_BTC_MANIFEST = """[workload]
+name = "add_layernorm"
+family = "row-reduction"
+description = "LayerNorm(X + R) over the last dim of (B, T, C) activations."
+role = "heldout"
+kernel = "naive.py"
+reference = "reference.py"
+dtypes = ["bf16"]
+shapes = [{ B = 8, T = 1024, C = 768 }, { B = 4, T = 2048, C = 4096 }, { B = 1, T = 4096, C = 12288 }]
+cpu_shapes = [{ B = 2, T = 3, C = 100 }]
+ROLES
+[workload.tolerance]
+bf16 = 2e-2
+"""
+
+
+def _btc_workload(folder: Path, roles: str = "") -> Path:
+    folder.mkdir()
+    (folder / "naive.py").write_text("def run(x): ...\n")
+    (folder / "reference.py").write_text("def reference(x): ...\n")
+    (folder / "manifest.toml").write_text(_BTC_MANIFEST.replace("ROLES", roles))
+    return folder
+
+
+def test_a_workload_context_names_the_dims_it_leaves_out_and_roles_bring_them_in(tmp_path: Path) -> None:
+    """Dims named as nobody else names them (B, T, C) have no inferable role: the context keeps what the
+    condition language knows (B, the dtype) and says which dims it left out and how to bring them in; with
+    [workload.roles] declared, the same shape gives the portable features, from the median-size shape."""
+    from klineage.kb.features import workload_context
+
+    bare = load_manifest(_btc_workload(tmp_path / "bare"))
+    found = workload_context(bare)
+    assert found.context == {"B": 4, "dtype": "bf16"} and found.left_out == ("T", "C")
+    note = found.note(bare)
+    assert "manifest.toml" in note and "T, C" in note and "[workload.roles]" in note
+    declared = load_manifest(_btc_workload(tmp_path / "roles", '[workload.roles]\nT = "rows"\nC = "reduce_kept"\n'))
+    ctx = workload_context(declared)
+    assert ctx.left_out == () and ctx.note(declared) == ""
+    assert (ctx.context["rows"], ctx.context["reduce_len"], ctx.context["dtype_bytes"]) == (4 * 2048, 4096, 2)
+    assert ctx.context["bytes"] == 2 * 4 * 2048 * 4096 * 2
+
+
+def test_search_by_workload_uses_the_agents_context_and_explains_dims_left_out(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch
+                                                                                ) -> None:
+    from typer.testing import CliRunner
+
+    from klineage.cli.main import app
+
+    monkeypatch.setenv("KLINEAGE_DATA_DIR", str(tmp_path / "kb"))
+    folder = _btc_workload(tmp_path / "bare")
+    result = CliRunner().invoke(app, ["search", "layernorm", "--workload", str(folder), "--json"])
+    assert result.exit_code == 0, result.output
+    assert "T, C" in result.output and "[workload.roles]" in result.output and "unknown feature" not in result.output
