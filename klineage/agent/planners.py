@@ -324,8 +324,10 @@ class LineagePlanner:
         retune = retune_move(state.source) if tuned else None
         # operators the knowledge base has no skill for yet (no lineage used them), as *none* would try them:
         # after what it expects to pay, before what it expects not to
-        unknown = [single(op, origin="no skill yet", why="an operator no lineage used, applicable to this kernel: "
-                          "tried after the moves the knowledge base expects to pay")
+        place = ("tried after the moves the knowledge base expects to pay" if moves else
+                 "tried first: the knowledge base expects none of its moves to pay here")
+        unknown = [single(op, origin="no skill yet", why=f"an operator no lineage used, applicable to this kernel: "
+                          f"{place}")
                    for op in operator_ids()
                    if op not in self.skilled_operators() and facts.state(op) == APPLICABLE]
         planned = [*moves, *unknown, *demoted]

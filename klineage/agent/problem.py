@@ -75,12 +75,17 @@ def load_problem(kernel: Path | str | None, workload_dir: Path | str) -> Problem
     except FormatError as exc:
         raise ProblemError(str(exc)) from exc
     path = Path(kernel) if kernel is not None else manifest.kernel_path
+    if path.is_dir():
+        raise ProblemError(f"kernel {str(path)!r} is a folder; expected the kernel's .py file (e.g. "
+                           f"{str(path / manifest.kernel)!r})")
     if not path.is_file():
         raise ProblemError(f"kernel file {str(path)!r} does not exist")
     try:
         source = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ProblemError(f"kernel file {str(path)!r}: expected UTF-8 Python source") from exc
+    if not source.strip():
+        raise ProblemError(f"kernel file {str(path)!r} is empty; expected a module defining run(*inputs)")
     try:
         compile(source, str(path), "exec", dont_inherit=True)
     except SyntaxError as exc:

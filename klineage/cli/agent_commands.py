@@ -63,7 +63,7 @@ def _print_report(report: AgentReport) -> None:
         out.print(f"note: {note}")
 
 
-def _print_plan(moves: list[Move], name: str, method: str, as_json: bool) -> None:
+def _print_plan(moves: list[Move], name: str, method: str, as_json: bool, source: str) -> None:
     """The planned moves: JSON (``--json``) or a table. The first untried ones that change the kernel are what
     the loop validates; after a call the planner plans again from the kernel kept."""
     if as_json:
@@ -75,6 +75,11 @@ def _print_plan(moves: list[Move], name: str, method: str, as_json: bool) -> Non
     for i, m in enumerate(moves, 1):
         table.add_row(str(i), m.label, "+".join(s.label() for s in m.steps), m.origin, _fmt(m.expected_gain), m.why)
     out.print(table)
+    if not moves:
+        hint = ("no @triton.jit kernel was found in it" if "triton.jit" not in source else
+                "no operator finds anything to change in it (every optimization they know is already there, or "
+                "none applies to this kernel's form)")
+        say(f"note: no move planned for {name}: {hint}")
 
 
 def _fmt(value: float | None) -> str:
@@ -128,7 +133,8 @@ def optimize_command(
                         "`make demo`), or choose --method none")
     planner = make_planner(method, kb)
     if plan:
-        _print_plan(planner.plan(AgentState(problem, problem.source)), problem.name, method, as_json)
+        _print_plan(planner.plan(AgentState(problem, problem.source)), problem.name, method, as_json,
+                    problem.source)
         return
     from klineage.validator import ValidationRequestError, ValidatorUnavailable
 

@@ -71,15 +71,21 @@ def validate(
         err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True, highlight=False)
         return typer.Exit(2)
 
+    if candidate.is_dir():
+        raise bad(f"candidate {str(candidate)!r} is a folder; expected the kernel's .py file")
     if not candidate.is_file():
         raise bad(f"candidate file {str(candidate)!r} does not exist")
     try:
         source = check_candidate_text(candidate.read_bytes())
-        shape_list = json.loads(shapes) if shapes else None
     except ValidationRequestError as exc:
-        raise bad(str(exc)) from exc
+        raise bad(f"{candidate}: {exc}") from exc
+    try:
+        shape_list = json.loads(shapes) if shapes else None
     except json.JSONDecodeError as exc:
         raise bad(f"--shapes is not JSON: {exc.msg}") from exc
+    if shape_list is not None and not isinstance(shape_list, list):
+        raise bad(f"--shapes: expected a JSON list of shape objects such as '[{{\"rows\": 4, \"cols\": 33}}]', "
+                  f"got a JSON {type(shape_list).__name__}")
     cached = False
     try:
         client = make_validator(server, cache=None if no_cache else default_cache_path(), timeout_s=timeout,

@@ -216,6 +216,10 @@ def test_klineage_optimize_plan_prints_the_moves_without_validating(kb_dir: Path
     table = CliRunner().invoke(app, args)
     assert table.exit_code == 0 and "planned moves" in table.output
     assert not cache.exists()
+    plain = tmp_path / "plain.py"  # nothing for an operator to rewrite: the empty plan says why
+    plain.write_text("def run(x):\n    return x\n")
+    empty = CliRunner().invoke(app, ["optimize", str(plain), "-w", str(ROOT / "heldout/rmsnorm"), "--plan"])
+    assert empty.exit_code == 0 and "no @triton.jit kernel was found" in empty.output, empty.output
 
 
 def test_klineage_optimize_says_what_is_wrong(tmp_path: Path) -> None:
@@ -228,6 +232,12 @@ def test_klineage_optimize_says_what_is_wrong(tmp_path: Path) -> None:
                                  str(ROOT / "heldout/rmsnorm"), "--method", "magic"])
     assert method.exit_code == 2 and "expected one of" in method.output
     kernel_args = ["optimize", str(ROOT / "heldout/rmsnorm/naive.py"), "-w", str(ROOT / "heldout/rmsnorm")]
+    empty = tmp_path / "empty.py"
+    empty.write_text("\n")
+    for kernel, needle in [(ROOT / "heldout/rmsnorm", "is a folder; expected the kernel's .py file"),
+                           (empty, "empty.py' is empty; expected a module defining run(*inputs)")]:
+        result = runner.invoke(app, ["optimize", str(kernel), "-w", str(ROOT / "heldout/rmsnorm"), "--plan"])
+        assert result.exit_code == 2 and needle in " ".join(result.output.split()), result.output
     for bad, needle in [(tmp_path / "no_folder" / "best.py", "does not exist"), (tmp_path, "is a folder")]:
         result = runner.invoke(app, [*kernel_args, "-o", str(bad)])  # refused before any validator call
         assert result.exit_code == 2 and needle in result.output and "Traceback" not in result.output, result.output

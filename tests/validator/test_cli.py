@@ -47,6 +47,9 @@ def test_exit_0_on_pass_with_a_table(tmp_path: Path) -> None:
     (["{cand}", "-w", str(ROWSUM), "--shapes", "[{{"], "--shapes is not JSON"),
     (["{latin}", "-w", str(ROWSUM)], "not valid UTF-8"),
     (["{cand}", "-w", "{bad}"], "malformed workload manifest"),
+    (["{empty}", "-w", str(ROWSUM)], "empty.py: candidate source is empty"),
+    (["{folder}", "-w", str(ROWSUM)], "is a folder; expected the kernel's .py file"),
+    (["{cand}", "-w", str(ROWSUM), "--shapes", '{{"rows": 4}}'], "--shapes: expected a JSON list of shape objects"),
 ])
 def test_bad_usage_exits_2(tmp_path: Path, args: list[str], message: str) -> None:
     cand = _write(tmp_path, "c.py", "import os\n")
@@ -55,7 +58,8 @@ def test_bad_usage_exits_2(tmp_path: Path, args: list[str], message: str) -> Non
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "manifest.toml").write_text("[workload]\n")
-    filled = [a.format(cand=cand, latin=latin, bad=bad) for a in args]
+    empty = _write(tmp_path, "empty.py", "\n")
+    filled = [a.format(cand=cand, latin=latin, bad=bad, empty=empty, folder=tmp_path) for a in args]
     result = runner.invoke(app, ["validate", *filled])
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
