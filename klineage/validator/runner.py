@@ -286,7 +286,8 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
 
         def run_gates() -> str | None:
             return _run_gates(source, workload, remaining, shapes, device, timeout_s, seeds, ceilings,
-                              visible_devices, timing, pool, report.uses_dot, outcomes, notes, max_timeout_s)
+                              visible_devices, timing, pool, report.uses_dot, outcomes, notes, max_timeout_s,
+                              report.host_kernels)
 
         lost_gate = run_gates()
         crowded = device.cuda and out_of_memory(outcomes.values())
@@ -361,8 +362,9 @@ def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes:
                device: DeviceInfo, timeout_s: float | None, seeds: int, ceilings: Mapping[str, Any] | None,
                visible_devices: str | None, timing: Mapping[str, Any] | None, pool: WorkerPool | None,
                uses_dot: bool, outcomes: dict[str, GateOutcome], notes: dict[str, Any],
-               max_timeout_s: float | None = None) -> str | None:
-    """Run the worker gates in order, filling ``outcomes``; the gate during which the worker was lost."""
+               max_timeout_s: float | None = None, host_kernels: Sequence[str] = ()) -> str | None:
+    """Run the worker gates in order, filling ``outcomes``; the gate during which the worker was lost.
+    ``host_kernels``: the kernels host code names (the static gate's), to say which never ran."""
     from klineage.validator.checks import Findings
     from klineage.validator.compile_gate import with_portability
     from klineage.validator.trusted import TimeLimit, TrustedReference, job_time_limit, load_trusted_reference
@@ -403,15 +405,33 @@ def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes:
         if on_gpu:  # on a GPU host the CPU cores are free to cross-compile beside; on CPU the compile phase is them
             side = _PortabilityReport(pool, source, compile_cases, deadline, cpu_seconds)
     try:
-        return _run_phases(source, phases, pool, deadline, where, cpu_seconds, reference, manifest, grid, on_gpu,
+        lost = _run_phases(source, phases, pool, deadline, where, cpu_seconds, reference, manifest, grid, on_gpu,
                            uses_dot, findings, seeds, ceilings, timing, rep_ms, limit, outcomes, notes,
                            compile_cases, portability=side is None)
+        _say_what_never_ran(outcomes, host_kernels, findings.kernels, len(grid))
+        return lost
     finally:
         if side is not None and "compile" in outcomes:
             variants, error = side.result(max(1.0, deadline - time.monotonic()))
             merged = with_portability(outcomes["compile"].to_dict(), variants, error)
             merged["metrics"]["sm_80"]["wall_s"] = round(side.wall_s, 3)
             outcomes["compile"] = GateOutcome("compile", merged["status"], merged["reason"], merged["metrics"])
+
+
+def _say_what_never_ran(outcomes: dict[str, GateOutcome], host_kernels: Sequence[str],
+                        launched: Mapping[str, int], shapes: int) -> None:
+    """A passed correctness gate names the kernels of the candidate that no checked call launched (a branch of
+    ``run`` that these shapes never take, such as a looped kernel behind a row-length threshold on the small
+    CPU shapes): their code passed nothing, so the verdict does not vouch for it. The verdict itself stays: the
+    workload's shapes are what is judged."""
+    outcome = outcomes.get("correctness")
+    never = sorted(set(host_kernels) - {name for name, n in launched.items() if n > 0})
+    if outcome is None or outcome.status != "pass" or not never:
+        return
+    outcomes["correctness"] = dataclasses.replace(
+        outcome, reason=f"{outcome.reason}; unchecked: kernel(s) {', '.join(never)} never launched on these "
+                        f"{shapes} shape(s), their code is not verified by this result",
+        metrics={**outcome.metrics, "kernels_never_launched": never})
 
 
 def _run_phases(source: str, phases: list[tuple[list[str], WorkerMode]], pool: WorkerPool, deadline: float,

@@ -178,11 +178,14 @@ class StaticReport:
     uses_dot: bool = False
     launches: int = 0
     lines: int = 0
+    #: the kernels host code names (launched, or bound to a name that is): every kernel but the @jit helpers
+    #: that only kernels call, i.e. those a correct run may be expected to launch
+    host_kernels: list[str] = field(default_factory=list)
 
     def metrics(self) -> dict[str, Any]:
         """Metrics for the gate outcome document."""
         return {"kernels": list(self.kernels), "uses_dot": self.uses_dot, "launch_sites": self.launches,
-                "lines": self.lines}
+                "lines": self.lines, "host_kernels": list(self.host_kernels)}
 
 
 class StaticViolation(Exception):
@@ -503,7 +506,11 @@ class _Checker:
         if launches == 0 or not referenced:
             raise StaticViolation(run, "run never launches a Triton kernel (no kernel[grid](...) reachable "
                                   "from run that names a @triton.jit kernel)")
-        return StaticReport(ok=True, kernels=sorted(self.kernels), uses_dot=self.uses_dot, launches=launches)
+        in_host = {n.id for node in self.tree.body
+                   if not (isinstance(node, ast.FunctionDef) and node.name in self.kernels)
+                   for n in ast.walk(node) if isinstance(n, ast.Name)}
+        return StaticReport(ok=True, kernels=sorted(self.kernels), uses_dot=self.uses_dot, launches=launches,
+                            host_kernels=sorted(set(self.kernels) & in_host))
 
 
 def check_source(source: str) -> StaticReport:

@@ -239,7 +239,7 @@ def test_a_job_that_ran_out_of_gpu_memory_runs_again_alone_and_is_cached_only_if
     runs: list[tuple[int, bool, int]] = []
 
     def crowded_then_alone(source, workload, remaining, *args) -> None:
-        outcomes = args[-3]
+        outcomes = args[-4]  # ..., outcomes, notes, max_timeout_s, host_kernels
         runs.append(device_lock("cuda:0").state())
         oom = not runs[1:] or second_run_oom
         outcomes["correctness"] = GateOutcome("correctness", "fail" if oom else "pass", OOM if oom else "ok")
