@@ -200,6 +200,8 @@ class Launch:
 
     For a helper call, ``skip`` is the number of leading positional arguments that belong to the
     helper itself (the kernel's own arguments follow); ``helper`` names the helper function.
+    ``module`` is the module holding the launch: host names resolve to its int constants
+    (``single_value(la.func, name, la.module)``).
     """
 
     call: ast.Call
@@ -209,6 +211,7 @@ class Launch:
     stmt: ast.stmt | None
     skip: int = 0
     helper: str | None = None
+    module: ast.Module | None = field(default=None, compare=False, repr=False)
 
 
 def launch_helpers(tree: ast.Module, kernel_names: set[str]) -> dict[str, tuple[int, int, int]]:
@@ -259,7 +262,7 @@ def launches(tree: ast.Module, ks: list[Kernel]) -> list[Launch]:
                     and node.func.value.id in names
                 ):
                     seen.add(id(node))
-                    out.append(Launch(node, node.func.value.id, node.func.slice, func, stmt))
+                    out.append(Launch(node, node.func.value.id, node.func.slice, func, stmt, module=tree))
                 elif isinstance(node.func, ast.Name) and node.func.id in helpers:
                     ki, gi, n_named = helpers[node.func.id]
                     if (
@@ -268,7 +271,9 @@ def launches(tree: ast.Module, ks: list[Kernel]) -> list[Launch]:
                         and target.id in names
                     ):
                         seen.add(id(node))
-                        out.append(Launch(node, target.id, node.args[gi], func, stmt, n_named, node.func.id))
+                        out.append(
+                            Launch(node, target.id, node.args[gi], func, stmt, n_named, node.func.id, tree)
+                        )
     return out
 
 
@@ -296,33 +301,117 @@ def launch_args(launch: Launch, kernel: Kernel) -> dict[str, ast.expr]:
     return out
 
 
+def _target_value(target: ast.expr, value: ast.expr | None, name: str) -> ast.expr | bool | None:
+    """What an assignment ``target = value`` binds to ``name``: the value expression (the matching
+    element when a tuple/list target is unpacked from a tuple/list literal of the same length, at any
+    depth), None when ``name`` is bound but its value is not resolvable (a starred target, lengths
+    that differ, an unpacked call), False when ``target`` does not bind ``name``."""
+    if isinstance(target, ast.Name):
+        return value if target.id == name else False
+    if isinstance(target, ast.Starred):
+        return None if _target_value(target.value, None, name) is not False else False
+    if not isinstance(target, (ast.Tuple, ast.List)):
+        return False
+    elts: list[ast.expr | None]
+    if (
+        isinstance(value, (ast.Tuple, ast.List))
+        and len(value.elts) == len(target.elts)
+        and not any(isinstance(e, ast.Starred) for e in (*target.elts, *value.elts))
+    ):
+        elts = list(value.elts)
+    else:
+        elts = [None] * len(target.elts)
+    found = [got for t, v in zip(target.elts, elts, strict=True) if (got := _target_value(t, v, name)) is not False]
+    if not found:
+        return False
+    return found[0] if len(found) == 1 else None  # ``name, name = ...``: not one value
+
+
+def _binds(node: ast.AST, name: str) -> bool:
+    """True when an ``Assign`` / ``AugAssign`` / ``AnnAssign`` statement binds ``name`` (a plain
+    target, or an element of a tuple/list target)."""
+    if isinstance(node, ast.Assign):
+        return any(_target_value(t, None, name) is not False for t in node.targets)
+    if isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        return _target_value(node.target, None, name) is not False
+    return False
+
+
+def assigned_value(stmt: ast.stmt, name: str) -> ast.expr | None:
+    """The expression a plain ``=`` statement gives ``name``: its value for ``name = value``, the
+    matching element for ``a, name, c = x, value, z`` (a tuple/list target unpacked from a tuple/list
+    of the same length); None for any other statement (a starred target, lengths that differ, an
+    augmented or annotated assignment, a chained ``a = b = value`` whose value other names share)."""
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+        return None
+    found = _target_value(stmt.targets[0], stmt.value, name)
+    return found if isinstance(found, ast.expr) else None
+
+
 def local_assignments(func: ast.FunctionDef | None, name: str) -> list[ast.Assign]:
-    """All ``name = ...`` statements (single Name target) in a function."""
+    """All statements in a function that assign ``name`` (``name = ...``, ``name += ...``,
+    ``name: T = ...``, or ``name`` as an element of a tuple/list target: ``a, name = ...``)."""
     if func is None:
         return []
-    out = []
-    for node in ast.walk(func):
-        if (
-            isinstance(node, ast.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name)
-            and node.targets[0].id == name
-        ):
-            out.append(node)
-        elif (
-            isinstance(node, (ast.AugAssign, ast.AnnAssign))
-            and isinstance(node.target, ast.Name)
-            and node.target.id == name
-        ):
-            out.append(node)  # type: ignore[arg-type]
-    return out
+    return [node for node in ast.walk(func) if _binds(node, name)]  # type: ignore[misc]
 
 
-def single_value(func: ast.FunctionDef | None, name: str) -> ast.expr | None:
-    """The value of a local assigned exactly once (plain ``=``), else None."""
+def _module_int(module: ast.Module, func: ast.FunctionDef | None, name: str) -> ast.expr | None:
+    """The int literal a module-level ``name`` is bound to when ``func`` (the host function reading
+    it) never binds ``name`` itself and the module binds it exactly once, by a plain ``=`` at its top
+    level (``BLOCK = 512``, or an element of ``BM, BN = 64, 64``); else None."""
+    if func is not None:
+        args = func.args
+        own = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a}
+        if name in own or any(
+            isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in ast.walk(func)
+        ):
+            return None
+    if any(isinstance(n, ast.Global) and name in n.names for n in ast.walk(module)):
+        return None  # some function rebinds it
+    if sum(_bound_name(node) == name for node in _module_scope(module)) != 1:
+        return None
+    top = [st for st in module.body if _binds(st, name)]
+    value = assigned_value(top[0], name) if len(top) == 1 else None
+    return value if value is not None and int_const(value) is not None else None
+
+
+def _bound_name(node: ast.AST) -> str | None:
+    """The name a node binds in its scope (a stored Name, a def or class, an import), else None."""
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        return node.id
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name
+    if isinstance(node, ast.alias):
+        return node.asname or node.name.partition(".")[0]
+    return None
+
+
+def _module_scope(module: ast.Module) -> Iterator[ast.AST]:
+    """The nodes of a module's own scope: function and class definitions are yielded but their
+    bodies (and lambdas and comprehensions, scopes of their own) are not entered."""
+    todo: list[ast.AST] = list(module.body)
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            todo += node.decorator_list
+        elif not isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            todo += ast.iter_child_nodes(node)
+
+
+def single_value(
+    func: ast.FunctionDef | None, name: str, module: ast.Module | None = None
+) -> ast.expr | None:
+    """The value of a local assigned exactly once (plain ``=``; an element of a tuple/list target
+    unpacked from a tuple/list literal of the same length counts), else None. With ``module`` (the
+    host function's module), a name ``func`` never binds resolves to a module-level constant bound
+    exactly once to an int literal (``BLOCK = 512`` at the top of the file)."""
     assigns = local_assignments(func, name)
-    if len(assigns) == 1 and isinstance(assigns[0], ast.Assign):
-        return assigns[0].value
+    if len(assigns) == 1:
+        return assigned_value(assigns[0], name)
+    if not assigns and module is not None:
+        return _module_int(module, func, name)
     return None
 
 
@@ -388,7 +477,8 @@ def value_sites(src: Src, kernel: Kernel, name: str, al: Aliases) -> list[Site]:
     """Where the value of ``name`` (constexpr param, ``num_warps`` or ``num_stages``) is written.
 
     Looks at autotune configs (dict entries / Config keywords), launches of the kernel (keyword or
-    positional), and, when a launch passes a local variable, that variable's single assignment.
+    positional), and, when a launch passes a host name, that variable's single assignment (an element
+    of a tuple assignment included) or the module-level int constant it names (``single_value``).
     """
     out: list[Site] = []
     meta = name in ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -412,7 +502,7 @@ def value_sites(src: Src, kernel: Kernel, name: str, al: Aliases) -> list[Site]:
         if v is None:
             continue
         if isinstance(v, ast.Name):
-            local = single_value(launch.func, v.id)
+            local = single_value(launch.func, v.id, launch.module)
             if local is not None:
                 out.append(Site(name, local, "local", launch.call))
                 continue

@@ -39,6 +39,16 @@ def _where(anchors: list[Any]) -> str:
     return "; ".join(seen)
 
 
+def _absent_detail(op: Any, source: str) -> str:
+    """Why ``op`` has no anchor in ``source``: its own reason (``Operator.absent_reason``) when it
+    gives one, else what its anchor needs."""
+    try:
+        reason = op.absent_reason(source)
+    except Exception:  # an operator bug must not break search: fall back to the description
+        reason = None
+    return reason or f"it needs {op.anchor_description}"
+
+
 def operator_anchors(source: str, features: dict[str, Any] | None = None) -> dict[str, dict[str, str]]:
     """For every registered operator, its anchor state in ``source`` (``{"state", "detail"}``):
 
@@ -89,7 +99,7 @@ def operator_anchors(source: str, features: dict[str, Any] | None = None) -> dic
             out[op.id] = {"state": ABSENT, "detail": f"its detect finds {_where(applicable)}, "
                                                      "but its apply changes nothing there"}
         else:
-            out[op.id] = {"state": ABSENT, "detail": f"it needs {op.anchor_description}"}
+            out[op.id] = {"state": ABSENT, "detail": _absent_detail(op, source)}
     return out
 
 

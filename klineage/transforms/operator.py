@@ -132,6 +132,13 @@ class Operator(ABC):
         m = parse(source)
         return [] if m is None else self._detect(m)
 
+    def absent_reason(self, source: str) -> str | None:
+        """Why ``detect`` finds no place to add the optimization, when the kernel has what the anchor
+        description asks for and the operator can say more (e.g. the value it would set is the
+        default already); None otherwise (the anchor description is the reason)."""
+        m = parse(source)
+        return None if m is None else self._absent_reason(m)
+
     def present_in(self, m: Module) -> bool:
         """Whether ``detect`` finds the optimization present in the parsed module ``m``."""
         return any(a.kind == "present" for a in self._detect(m))
@@ -178,6 +185,9 @@ class Operator(ABC):
 
     def _detect(self, m: Module) -> list[Anchor]:
         raise NotImplementedError(f"{type(self).__name__} does not detect")
+
+    def _absent_reason(self, m: Module) -> str | None:
+        return None
 
     # ``*args: Any, **params: Any``: each operator's override names the options and parameters it takes
     def _simplify(self, m: Module, *args: Any, **options: Any) -> Rewrite | None:

@@ -95,11 +95,12 @@ def _meta_values(m: Module, name: str, configs: list[dict[str, Any]]) -> list[in
         calls += [la.call for la in m.launches_of(k)]
         if name == "num_stages":
             calls += [n for n in ast.walk(k.node) if tl_func(n, m.al) == "range"]  # type: ignore[misc]
-    hosts = {id(la.call): la.func for k in m.kernels for la in m.launches_of(k)}
+    hosts = {id(la.call): la for k in m.kernels for la in m.launches_of(k)}
     for c in sorted(calls, key=lambda c: (c.lineno, c.col_offset)):
         node = kwarg(c, name)
-        if isinstance(node, ast.Name) and hosts.get(id(c)) is not None:
-            node = single_value(hosts[id(c)], node.id) or node
+        la = hosts.get(id(c))
+        if isinstance(node, ast.Name) and la is not None and la.func is not None:
+            node = single_value(la.func, node.id, la.module) or node
         out += _branch_ints(node)
     return list(dict.fromkeys(out))
 
@@ -122,10 +123,10 @@ def _meta_exprs(m: Module, name: str) -> list[str]:
             node = kwarg(la.call, name)
             if node is None or int_const(node) is not None:
                 continue
-            if isinstance(node, ast.Name) and int_const(single_value(la.func, node.id)) is not None:
+            if isinstance(node, ast.Name) and int_const(single_value(la.func, node.id, la.module)) is not None:
                 continue
             text = m.src.seg(node)
-            if isinstance(node, ast.Name) and (v := single_value(la.func, node.id)) is not None:
+            if isinstance(node, ast.Name) and (v := single_value(la.func, node.id, la.module)) is not None:
                 text = m.src.seg(v)
             if text not in out:
                 out.append(text)

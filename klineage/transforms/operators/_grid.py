@@ -40,10 +40,10 @@ class GridDiv:
 
 
 def _int_of(node: ast.expr, la: Launch) -> int | None:
-    """An int literal, or a host Name bound once to one."""
+    """An int literal, or a host Name bound once to one (a local, or a module-level constant)."""
     v = int_const(node)
     if v is None and isinstance(node, ast.Name) and la.func is not None:
-        v = int_const(single_value(la.func, node.id))
+        v = int_const(single_value(la.func, node.id, la.module))
     return v
 
 
@@ -219,7 +219,7 @@ def _same(a: ast.expr, b: ast.expr, la: Launch) -> bool:
         return True
     for x, y in ((a, b), (b, a)):
         if isinstance(x, ast.Name) and la.func is not None:
-            v = single_value(la.func, x.id)
+            v = single_value(la.func, x.id, la.module)
             if v is not None and ast.dump(v) == ast.dump(y):
                 return True
     return False

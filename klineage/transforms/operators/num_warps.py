@@ -68,6 +68,16 @@ class NumWarps(Operator):
                     )
         return out
 
+    def _absent_reason(self, m: Module) -> str | None:
+        """The launched kernels whose warps computed from the tile are Triton's default (4): adding
+        ``num_warps=4`` would change nothing. None when another reason applies."""
+        with_sites = {k.name for k, _, _ in self._sites(m)}
+        default = [k.name for k in m.launched if k.name not in with_sites and self._warps_expr(m, k) == "4"]
+        if not default or self._detect(m):
+            return None
+        return (f"the warps computed from the tile of {', '.join(default)} are Triton's default (4): "
+                "num_warps=4 would change nothing")
+
     def _simplify(self, m: Module) -> Rewrite | None:
         """Drop every explicit num_warps (back to Triton's default of 4)."""
         edits, sites = [], []
@@ -120,7 +130,7 @@ class NumWarps(Operator):
             if p in args:
                 v = int_const(args[p])
                 if v is None and isinstance(arg := args[p], ast.Name):
-                    v = int_const(single_value(la.func, arg.id))
+                    v = int_const(single_value(la.func, arg.id, la.module))
                 if v is not None:
                     lits *= v
                 else:
