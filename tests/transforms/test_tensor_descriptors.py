@@ -149,6 +149,81 @@ def test_stride_arguments_are_checked_at_the_launch() -> None:
     assert again is not None and again.source == rw.source
 
 
+# nn.Linear written the obvious way: the weight stays (N, K) and every stride is an argument; the host passes
+# w.stride(0), w.stride(1) as the kernel's (stride_wn, stride_wk), so B[k, n]'s first axis is the contiguous one.
+LINEAR_NT = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def linear_kernel(a_ptr, w_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_wn, stride_wk, stride_cm, stride_cn,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        kk = k * BLOCK_K + offs_k
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + kk[None, :] * stride_ak,
+                    mask=(offs_m[:, None] < M) & (kk[None, :] < K), other=0.0)
+        w = tl.load(w_ptr + offs_n[None, :] * stride_wn + kk[:, None] * stride_wk,
+                    mask=(offs_n[None, :] < N) & (kk[:, None] < K), other=0.0)
+        acc += tl.dot(a, w)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,
+             acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def run(a, w):
+    M, K = a.shape
+    N = w.shape[0]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    grid = (triton.cdiv(M, 32), triton.cdiv(N, 32))
+    linear_kernel[grid](a, w, c, M, N, K, a.stride(0), a.stride(1), w.stride(0), w.stride(1), c.stride(0),
+                        c.stride(1), BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+    return c
+'''
+
+
+def test_a_weight_passed_by_its_own_strides_is_read_through_the_transposed_descriptor() -> None:
+    """The host says which stride is the weight's last-dim one (w.stride(1) as stride_wk): the descriptor
+    describes W as stored, (N, K), its tile is read back transposed, and the launch checks w.stride(1) == 1,
+    true for every contiguous weight (guessing row-major would check w.stride(0) == 1 and leave the copy
+    dead); a weight that is not contiguous that way still takes the pointer kernel."""
+    rw = OP.apply(LINEAR_NT)
+    assert rw is not None, OP.refusals(LINEAR_NT)
+    assert "shape=[N, K], strides=[stride_wn, 1]" in rw.source and ").T" in rw.source
+    assert "w.stride(1) == 1" in rw.source and "w.stride(0) == 1" not in rw.source
+    g = torch.Generator().manual_seed(3)
+    case = Case("linear-nt", LINEAR_NT, lambda: [(torch.randn(45, 76, generator=g), torch.randn(52, 76, generator=g))],
+                lambda a, w: a @ w.t(), rtol=1e-3, atol=1e-3)
+    assert check(case, rw.source) <= 1.0, rw.diff
+    module = load(rw.source)
+    launched: list[str] = []
+
+    class Counted:  # stands for a kernel in run()'s globals: records each launch, then launches it
+        def __init__(self, name: str, kernel: Any) -> None:
+            self.name, self.kernel = name, kernel
+
+        def __getitem__(self, grid: Any) -> Any:
+            launched.append(self.name)
+            return self.kernel[grid]
+
+    kernels = [n for n in ("linear_kernel", *(n for n in vars(module) if n.endswith("_tma_kernel")))]
+    assert len(kernels) == 2, kernels
+    for name in kernels:
+        setattr(module, name, Counted(name, getattr(module, name)))
+    a, w = torch.randn(45, 76), torch.randn(52, 76)
+    assert torch.allclose(module.run(a, w), a @ w.t(), atol=1e-4)
+    assert launched and all(n.endswith("_tma_kernel") for n in launched), launched  # the copy ran
+    launched.clear()
+    w_t = torch.randn(76, 52).t()  # (N, K) with unit stride on N: TMA cannot describe it this way
+    assert torch.allclose(module.run(a, w_t), a @ w_t.t(), atol=1e-4)
+    assert launched == ["linear_kernel"], launched
+    back = OP.simplify(rw.source)
+    assert back is not None and back.source == LINEAR_NT
+
+
 # A kernel written with descriptors (what a TMA expert looks like), to walk back and forth.
 DESCRIPTOR_KERNEL = '''"""C = A @ B through tensor descriptors."""
 

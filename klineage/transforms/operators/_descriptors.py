@@ -12,6 +12,7 @@ the transposed tensor and its tile is read back transposed (``.T``). Every analy
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from klineage.schema import pyast
@@ -301,8 +302,11 @@ def bounds(r: Reader, node: ast.expr | None) -> dict[int, tuple[Index, str]] | R
     return out
 
 
-def access(r: Reader, call: ast.Call) -> Access | Refusal:
-    """A ``tl.load`` / ``tl.store`` of a 2-D tile read as a descriptor access."""
+def access(r: Reader, call: ast.Call, unit_first: Callable[[str, str], bool] | None = None) -> Access | Refusal:
+    """A ``tl.load`` / ``tl.store`` of a 2-D tile read as a descriptor access. When both tile strides are
+    kernel arguments, the last axis is taken as the contiguous one (the launch checks it) unless
+    ``unit_first(s0, s1)`` says the host passes a tensor's last-dim stride as ``s0`` (then the tile is read
+    through the transposed descriptor and the launch checks ``s0``)."""
     m = r.m
     store = tl_func(call, m.al) == "store"
     allowed = {"mask"} | (set() if store else {"other"})
@@ -336,7 +340,10 @@ def access(r: Reader, call: ast.Call) -> Access | Refusal:
         if int_const(_expr(s1)) is not None or int_const(_expr(s0)) is not None:
             return Refusal(f"no unit inner stride (strides {s0} and {s1}): descriptors need a contiguous last "
                            "dimension")
-        order, unit = (0, 1), s1  # row-major by default: the launch must guarantee the unit stride
+        if unit_first is not None and unit_first(s0, s1):  # e.g. nn.Linear's (N, K) weight read as B[k, n]
+            order, unit = (1, 0), s0
+        else:
+            order, unit = (0, 1), s1  # row-major by default: the launch must guarantee the unit stride
     else:
         return Refusal("both tile axes have stride 1")
     lead = axes[order[0]][1]

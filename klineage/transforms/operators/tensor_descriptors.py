@@ -24,6 +24,7 @@ given that record puts back exactly the original.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 from klineage.schema import pyast
@@ -80,6 +81,20 @@ class Plan:
     host: dict[str, str]
 
 
+_STRIDE_OF = re.compile(r"^\s*([A-Za-z_]\w*)\.stride\(\s*(-?\d+)\s*\)\s*$")
+
+
+def _last_dim_first(first: str | None, second: str | None) -> bool:
+    """Whether the host passes a 2-D tensor's last-dim stride as a tile's first stride and its first-dim
+    stride as the second (``w.stride(1), w.stride(0)``: nn.Linear's (N, K) weight read as B[k, n]). Such a
+    tile is contiguous along its first axis whenever the tensor is contiguous: it is read through the
+    transposed descriptor, and the launch checks ``w.stride(1) == 1`` (the row-major guess would check
+    ``w.stride(0) == 1``, false for every contiguous weight, and leave the descriptor copy dead)."""
+    a = _STRIDE_OF.match(first or "")
+    b = _STRIDE_OF.match(second or "")
+    return bool(a and b and a.group(1) == b.group(1) and a.group(2) in ("1", "-1") and b.group(2) in ("0", "-2"))
+
+
 def _names(text: str) -> set[str]:
     return {n.id for n in ast.walk(pyast.parse(text, mode="eval")) if isinstance(n, ast.Name)}
 
@@ -120,9 +135,11 @@ class TensorDescriptors(Operator):
         loads = [n for n in ast.walk(loop) if tl_func(n, m.al) == "load"]
         if not loads:
             return Refusal("the K loop loads nothing through pointers")
+        lts = m.launches_of(k)
+        passed = {p: m.src.seg(v) for p, v in launch_args(lts[0], k).items()} if len(lts) == 1 else {}
         got: list[Access] = []
         for call in loads:
-            a = access(r, call)  # type: ignore[arg-type]
+            a = access(r, call, lambda s0, s1: _last_dim_first(passed.get(s0), passed.get(s1)))  # type: ignore[arg-type]
             if isinstance(a, Refusal):
                 return a
             got.append(a)
@@ -133,7 +150,6 @@ class TensorDescriptors(Operator):
             if why:
                 return Refusal(why)
         store, store_stmt = self._store(m, k)
-        lts = m.launches_of(k)
         if len(lts) != 1 or launch_stmt(m, lts[0]) is None:
             return Refusal("it is not launched once from a plain kernel[grid](...) statement")
         if any(d.general is k for d in self._dispatches(m)):
