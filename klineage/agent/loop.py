@@ -11,6 +11,12 @@ A verdict that failed only because the GPU ran out of memory beside other jobs (
 validator already retried it with the GPU to itself, and did not cache it) judges the crowd, not the
 candidate: the candidate is asked for again, up to ``CROWDED_RETRIES`` times, before it counts as failed.
 
+A start that fails before its kernels run (the static gate, or the compile gate's host-code run: a
+forbidden import, ``run`` taking other arguments than the workload's inputs) is no kernel to optimize: when
+``SAME_AS_START`` candidates in a row fail exactly as it did (same gate, same reason), the moves do not
+touch what fails and the loop stops rather than spend the rest of the budget on it. A start failing later
+(correctness on the large shapes, say) is not stopped: a move such as int64-offsets may fix it.
+
 Without a GPU the performance gate is skipped: candidates are kept when they pass the checking gates
 and the planner expected them to help (expected gain ≥ 1), and every report line says that nothing
 was measured.
@@ -38,6 +44,10 @@ MIN_GAIN = 0.01
 CROWDED_RETRIES = 2
 #: Seconds between those tries (the other jobs' cases finish and give their memory back meanwhile).
 CROWDED_PAUSE_S = 20.0
+#: Candidates in a row failing exactly as a start that failed before its kernels ran, before the loop stops.
+SAME_AS_START = 2
+#: The gates whose failure of the start means the moves cannot help (the code never reached its kernels).
+_BEFORE_KERNELS = frozenset({"static", "compile"})
 
 Progress = Callable[[str], None]
 
@@ -103,6 +113,7 @@ def optimize(problem: Problem, planner: Planner, validator: Any, budget: int = 1
     best = start if start.verdict == "pass" else None
     best_source = problem.source if best is not None else None
     seen = {kernel_sha(problem.source)}
+    like_start = 0  # candidates in a row failing exactly as a start that never reached its kernels
     while len(state.attempts) < budget:
         candidate = _next_candidate(planner, state, seen)
         if candidate is None:
@@ -123,6 +134,16 @@ def optimize(problem: Problem, planner: Planner, validator: Any, budget: int = 1
             best, best_source, state.source = result, made.source, made.source
             state.unusable.clear()
         say(_line(attempt, tag))
+        failed_alike = (best is None and start.failed_gate in _BEFORE_KERNELS
+                        and (attempt.failed_gate, attempt.reason) == (start.failed_gate, start.reason))
+        like_start = like_start + 1 if failed_alike else 0
+        if like_start >= SAME_AS_START:
+            why = (f"stopped after call {attempt.call}: the start failed at {start.failed_gate} ({start.reason[:160]}) "
+                   f"and the last {like_start} candidates failed the same way: no move reaches what fails; fix "
+                   "the kernel or the workload first")
+            notes.append(why)
+            say(why)
+            break
     return AgentReport(problem.name, planner.name, budget, measured, start, best, best_source,
                        tuple(state.attempts), tuple(notes))
 

@@ -111,7 +111,21 @@ def test_a_failed_start_is_never_returned() -> None:
     always_wrong = ScriptedValidator(lambda source: ("correctness", 0.0))
     report = optimize(_problem(), ListPlanner(list(MOVES)), always_wrong, budget=3)
     assert report.best is None and report.best_source is None
-    assert report.calls_wasted == report.calls_used == 3
+    assert report.calls_wasted == report.calls_used == 3  # a correctness failure: a move may still fix it
+
+
+def test_a_start_that_never_reaches_its_kernels_stops_the_loop_once_moves_fail_alike() -> None:
+    """run() cannot take the workload's inputs: every candidate fails at compile exactly like the start, so
+    after SAME_AS_START of them the loop stops and says why instead of spending the budget."""
+    from klineage.agent.loop import SAME_AS_START
+
+    never_runs = ScriptedValidator(lambda source: ("compile", 0.0))
+    report = optimize(_problem(), ListPlanner(list(MOVES)), never_runs, budget=len(MOVES))
+    assert report.best is None and report.calls_used == SAME_AS_START < len(MOVES)
+    assert any("failed the same way" in note and "compile" in note for note in report.notes)
+    start = _problem().source  # the start fails at compile, a candidate fails differently: the loop goes on
+    mixed = ScriptedValidator(lambda source: ("compile", 0.0) if source == start else ("correctness", 0.0))
+    assert optimize(_problem(), ListPlanner(list(MOVES)), mixed, budget=3).calls_used == 3
 
 
 def test_on_a_gpu_a_failed_start_still_leaves_every_candidate_timed() -> None:
