@@ -50,7 +50,8 @@ def test_recording_trials_counts_them_and_twice_changes_nothing(tmp_path: Path) 
     counts = {op: kb.skill(skill_id(op)) for op in operators[:-1]}
     for op, skill in counts.items():
         mine = [t for t in trials if t.operator == op]
-        assert skill is not None and skill.verified == len(mine), op
+        timed = [t for t in mine if t.gate_result.verdict != "pass" or t.speedup is not None]  # trials of profit
+        assert skill is not None and skill.applied == len(mine) and skill.verified == len(timed), op
         assert skill.paid == sum(1 for t in mine if t.gate_result.verdict == "pass" and (t.speedup or 0) >= 1.03)
     before = kb.store.counts()
     assert record_trials(kb, trials) == recorded

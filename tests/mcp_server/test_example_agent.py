@@ -46,6 +46,8 @@ def test_example_agent_optimizes_a_heldout_kernel(kb_dir: Path, tmp_path: Path) 
     assert report["verdict"] == "pass" and report["trajectory"], report
     assert report["trajectory"][0]["verdict"] in ("pass", "fail")
     kb = KnowledgeBase(EmbeddedStore(kb_dir))
-    recorded = [s for s in kb.skills(first=100).items if s.verified]
-    assert recorded, "the example recorded verified applications through record_application"
+    recorded = [s for s in kb.skills(first=100).items if s.applied]
+    assert recorded, "the example recorded its attempts through record_application"
+    if report["trajectory"][0]["verdict"] == "pass":  # under the interpreter: a pass with nothing timed
+        assert all(s.verified == 0 for s in recorded), "an untimed pass counted as a trial of profit"
     assert out.read_text().strip()
