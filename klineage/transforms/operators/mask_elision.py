@@ -21,6 +21,7 @@ from klineage.transforms._triton import (
     kwarg,
     launch_args,
     loops,
+    range_call,
     single_value,
     tl_call,
     unique_name,
@@ -135,7 +136,11 @@ class MaskElision(Operator):
                     if len(bs) != 1 or len(sizes) != 1:
                         ok = False
                         break
-                    pairs.append((sizes[0], bs.pop()))
+                    block = bs.pop()
+                    if not self._tiles_the_extent(m, k, st, t.left, sizes[0], assigns):
+                        ok = False
+                        break
+                    pairs.append((sizes[0], block))
                 if ok and pairs:
                     out.append((st, call, sorted(set(pairs))))
         return out
@@ -180,6 +185,62 @@ class MaskElision(Operator):
                 else:
                     edits += remove_items(m.src, [sp for _, sp in items], drop)
         return self._removed(m, edits)
+
+    @staticmethod
+    def _tiles_the_extent(m: Module, k: Kernel, stmt: ast.stmt, index: ast.expr, size: str,
+                          assigns: dict[str, ast.expr]) -> bool:
+        """Whether ``index < size`` can only be false past the extent's last whole tile when ``size`` divides
+        by the tile: every loop variable the index is built from (through the kernel's locals) belongs to a
+        loop whose range is written over ``size`` itself (``range(0, N, BLOCK)``, ``range(tl.cdiv(K,
+        BLOCK_K))``) or stops at the program's own tile start (``range(0, start_m * BLOCK_M, BLOCK_N)``: causal
+        attention's keys before the diagonal). A loop over another extent keeps the mask: a split's
+        ``start = pid * CHUNK`` plus a loop ``range(0, CHUNK, BLOCK)`` reads past ``N`` on its last split whenever
+        N is a multiple of BLOCK but not of CHUNK (offsets from program ids alone are taken to follow a grid over
+        the extent)."""
+        constexprs = set(k.constexprs)
+
+        def program_start(expr: ast.AST, depth: int = 0) -> bool | None:
+            """True for a product (or floor quotient) of a program id and constants: the start of this
+            program's own tile, inside the extent when the grid is over it (causal attention's off-diagonal
+            loop stops there); None for a factor with no program id, False for anything else."""
+            if tl_call(expr, m.al, "program_id"):
+                return True
+            if isinstance(expr, ast.Constant) and isinstance(expr.value, int):
+                return None
+            if isinstance(expr, ast.Name):
+                if expr.id in constexprs:
+                    return None
+                value = assigns.get(expr.id)
+                return program_start(value, depth + 1) is True if value is not None and depth < 6 else False
+            if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult | ast.FloorDiv):
+                sides = (program_start(expr.left, depth), program_start(expr.right, depth))
+                if False in sides:
+                    return False
+                return True if True in sides else None
+            return False
+
+        loop_vars: dict[str, bool] = {}  # loop variable -> whether its range is written over ``size``
+        for lp in loops(k.node):
+            if isinstance(lp, ast.For) and any(n is stmt for n in ast.walk(lp)):  # the loops around the load
+                rc = range_call(lp, m.al)
+                over = rc is not None and (
+                    size in {n.id for a in rc.args for n in ast.walk(a) if isinstance(n, ast.Name)}
+                    or program_start(rc.args[1] if len(rc.args) >= 2 else rc.args[0]) is True)
+                for t in ast.walk(lp.target):
+                    if isinstance(t, ast.Name):
+                        loop_vars[t.id] = loop_vars.get(t.id, True) and over
+        seen: set[str] = set()
+        todo: list[ast.AST] = [index]
+        while todo:
+            for n in ast.walk(todo.pop()):
+                if not isinstance(n, ast.Name) or n.id in seen:
+                    continue
+                seen.add(n.id)
+                if n.id in loop_vars and not loop_vars[n.id]:
+                    return False
+                if n.id in assigns and n.id not in loop_vars:
+                    todo.append(assigns[n.id])
+        return True
 
     def _apply(self, m: Module) -> Rewrite | None:
         """Wrap masked loads in loops as ``if EVEN_X: unmasked else: masked`` with
