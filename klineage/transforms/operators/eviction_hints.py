@@ -93,7 +93,8 @@ class EvictionHints(Operator):
     def _apply(self, m: Module) -> Rewrite | None:
         """Per pointer parameter: loads before its last load in the kernel get ``evict_last`` (they are
         read again), the last one ``evict_first``; a single load gets ``evict_first`` when it depends
-        on the program id (streamed) and ``evict_last`` otherwise (shared by every program). With the
+        on the program id (streamed) and ``evict_last`` otherwise (shared by every program). Loads in the
+        two arms of one ``if``/``else`` are one read, not a read and a re-read. With the
         ``sites`` simplify recorded, each recorded load/store gets back the expert's policy."""
         edits = []
         for k in m.kernels:
@@ -105,12 +106,42 @@ class EvictionHints(Operator):
                 base = _base_param(m, k, c.args[0])
                 if base is not None:
                     by_param.setdefault(base, []).append(c)
+            sides = _branch_sides(k.node)
             for calls in by_param.values():
                 for i, c in enumerate(calls):
-                    if len(calls) > 1:
-                        policy = "evict_last" if i < len(calls) - 1 else "evict_first"
+                    # loads in the two arms of one if/else (mask-elision's EVEN branches) read the data once
+                    others = [d for d in calls if d is not c and not _exclusive(sides, c, d)]
+                    if others:
+                        later = any(d for d in calls[i + 1:] if d in others)
+                        policy = "evict_last" if later else "evict_first"
                     else:
                         streamed = any(isinstance(x, ast.Name) and x.id in pid for x in ast.walk(c.args[0]))
                         policy = "evict_first" if streamed else "evict_last"
                     edits.append(add_keyword(m.src, c, f'eviction_policy="{policy}"'))
         return self._edited(m, edits, {}, "apply")
+
+
+def _branch_sides(kernel: ast.FunctionDef) -> dict[int, set[tuple[int, str]]]:
+    """For every node of ``kernel``: the ``if`` statements above it, each with the arm it is in."""
+    sides: dict[int, set[tuple[int, str]]] = {}
+
+    def visit(node: ast.AST, path: frozenset[tuple[int, str]]) -> None:
+        sides[id(node)] = set(path)
+        if isinstance(node, ast.If):
+            visit(node.test, path)
+            for arm, stmts in (("body", node.body), ("else", node.orelse)):
+                for stmt in stmts:
+                    visit(stmt, path | {(id(node), arm)})
+            return
+        for sub in ast.iter_child_nodes(node):
+            visit(sub, path)
+
+    visit(kernel, frozenset())
+    return sides
+
+
+def _exclusive(sides: dict[int, set[tuple[int, str]]], a: ast.AST, b: ast.AST) -> bool:
+    """Whether ``a`` and ``b`` sit in different arms of one ``if`` (never both run in one pass)."""
+    arms = dict(sides.get(id(a), set()))
+    return any(node in arms and arms[node] != arm for node, arm in sides.get(id(b), set()))
+
