@@ -36,6 +36,7 @@ from klineage.agent.state import AgentState, Attempt
 from klineage.schema.gate_result import GATES, GateResult
 from klineage.schema.ids import kernel_sha
 from klineage.schema.records import skill_id
+from klineage.transforms.features import changed_kernels
 from klineage.validator import crowded_out
 
 #: A candidate is kept only when it beats the best by more than timing noise.
@@ -124,7 +125,9 @@ def optimize(problem: Problem, planner: Planner, validator: Any, budget: int = 1
         seen.add(sha)
         gate_result = judge(made.source)
         result = measure(gate_result)
-        accepted = _better(result, best, move.expected_gain, measured)
+        unchecked = _unchecked_change(state.source, made.source, gate_result)
+        # without timing a pass is all the evidence: a change no checked shape ran has none, so it is not kept
+        accepted = _better(result, best, move.expected_gain, measured) and (measured or not unchecked)
         attempt = Attempt(len(state.attempts) + 1, move, made.applied, sha, result.verdict, result.failed_gate,
                           result.reason, result.speedup, result.per_shape, accepted)
         state.attempts.append(attempt)
@@ -133,7 +136,8 @@ def optimize(problem: Problem, planner: Planner, validator: Any, budget: int = 1
         if accepted:
             best, best_source, state.source = result, made.source, made.source
             state.unusable.clear()
-        say(_line(attempt, tag))
+        say(_line(attempt, tag) + (f" [changed kernel(s) {', '.join(unchecked)} never ran on the checked shapes"
+                                   f"{'' if measured else ': not kept'}]" if unchecked else ""))
         failed_alike = (best is None and start.failed_gate in _BEFORE_KERNELS
                         and (attempt.failed_gate, attempt.reason) == (start.failed_gate, start.reason))
         like_start = like_start + 1 if failed_alike else 0
@@ -146,6 +150,15 @@ def optimize(problem: Problem, planner: Planner, validator: Any, budget: int = 1
             break
     return AgentReport(problem.name, planner.name, budget, measured, start, best, best_source,
                        tuple(state.attempts), tuple(notes))
+
+
+def _unchecked_change(before: str, after: str, result: GateResult) -> tuple[str, ...]:
+    """The kernels the move changed (``transforms.features.changed_kernels``) that the validator reports no
+    checked call launched (the correctness gate's ``kernels_never_launched``): code the pass does not vouch
+    for (a looped kernel behind a threshold the small CPU shapes never cross, say)."""
+    gate = result.gate("correctness")
+    never = set(gate.metrics.get("kernels_never_launched") or ()) if gate is not None else set()
+    return tuple(name for name in changed_kernels(before, after) if name in never) if never else ()
 
 
 def _next_candidate(planner: Planner, state: AgentState, seen: set[str]) -> tuple[Any, Any] | None:

@@ -294,3 +294,18 @@ def kernel_summary(source: str) -> str:
 
 
 __all__ = ["KERNEL_FEATURES", "kernel_features", "kernel_summary", "pid_derived"]
+
+
+def changed_kernels(before: str, after: str) -> tuple[str, ...]:
+    """The ``@triton.jit`` kernels of ``after`` that ``before`` lacks or writes differently (decorators
+    included: a new autotune config list changes its kernel), by name in source order; every kernel of
+    ``after`` when either source does not parse."""
+    from klineage.transforms._module import parse
+
+    new, old = parse(after), parse(before)
+    if new is None:
+        return ()
+    if old is None:
+        return tuple(k.name for k in new.kernels)
+    was = {k.name: ast.dump(k.node) for k in old.kernels}
+    return tuple(k.name for k in new.kernels if was.get(k.name) != ast.dump(k.node))

@@ -286,3 +286,42 @@ def test_planners_see_the_shapes_that_are_timed_or_the_gpu_grid_when_nothing_is(
 
     optimize(problem, Watching(MOVES[:1]), Cpu(), budget=1, shapes=small)
     assert seen and seen[0] == tuple(problem.manifest.shapes)
+
+
+def test_a_change_no_checked_shape_ran_is_not_kept_without_timing_and_is_said_on_a_gpu() -> None:
+    """The validator names the kernels no checked call launched; a move whose changed kernels are all among
+    them passed on evidence of nothing: on CPU (nothing timed) it is not kept; on a GPU (the workload's own
+    shapes) it may be, and the line says which kernels did not run."""
+    problem = _problem()
+    kernel = next(line.split("def ")[1].split("(")[0] for line in problem.source.splitlines()
+                  if line.startswith("def ") and "_kernel" in line)
+    scripted = ScriptedValidator(_speed)
+
+    def never_ran(result: GateResult, gpu: bool) -> GateResult:
+        gates = []
+        for g in result.gates:
+            if g.gate == "correctness" and result.kernel_sha != kernel_sha(problem.source):
+                g = GateOutcome(g.gate, g.status, g.reason + "; unchecked", {"kernels_never_launched": [kernel]})
+            elif g.gate == "performance" and not gpu:
+                g = GateOutcome("performance", "skipped", "no GPU")
+            gates.append(g)
+        return GateResult(result.kernel_sha, result.gpu if gpu else NO_GPU, {}, tuple(gates), result.workload,
+                          result.date)
+
+    class Validator:
+        def __init__(self, gpu: bool) -> None:
+            self.gpu = gpu
+
+        def validate(self, *args: Any, **kwargs: Any) -> GateResult:
+            return never_ran(scripted.validate(*args, **kwargs), self.gpu)
+
+    lines: list[str] = []
+    cpu = optimize(problem, ListPlanner([single("int64-offsets")]), Validator(gpu=False), budget=1,
+                   progress=lines.append)
+    assert cpu.trajectory[0].verdict == "pass" and not cpu.trajectory[0].accepted
+    assert cpu.best_source == problem.source
+    assert any(f"changed kernel(s) {kernel} never ran on the checked shapes: not kept" in line for line in lines)
+    lines.clear()
+    gpu = optimize(problem, ListPlanner([single("int64-offsets")]), Validator(gpu=True), budget=1,
+                   progress=lines.append)
+    assert gpu.trajectory[0].accepted and any(f"changed kernel(s) {kernel} never ran" in line for line in lines)
