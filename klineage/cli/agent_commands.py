@@ -60,7 +60,7 @@ def _print_report(report: AgentReport) -> None:
         out.print(f"best: kernel {best.kernel_sha[:16]} passed the checking gates; no performance was measured "
                   "(no GPU): moves were ranked by the knowledge base's expected gain")
     for note in report.notes:
-        out.print(f"note: {note}")
+        out.print(f"note: {note}", markup=False, highlight=False)
 
 
 def _print_plan(moves: list[Move], name: str, method: str, as_json: bool, source: str) -> None:

@@ -58,7 +58,7 @@ _DTYPE_ALIASES: Mapping[str, str] = {
 ALIASES: Mapping[str, str] = {
     "m": "M", "n": "N", "k": "K", "b": "B", "h": "H", "s": "S", "d": "D",
     "batch": "B", "heads": "H", "num_heads": "H", "seq_len": "S", "seqlen": "S", "head_dim": "D",
-    "n_rows": "rows", "n_cols": "cols", "vocab_size": "vocab", "V": "vocab",
+    "n_rows": "rows", "n_cols": "cols", "vocab_size": "vocab", "V": "vocab", "n_elements": "N", "n_elems": "N",
     "sm": "arch", "compute_capability": "arch", "num_sms": "sm_count", "sms": "sm_count",
 }
 

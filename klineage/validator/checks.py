@@ -156,7 +156,8 @@ def compare(out: Any, ref: Any, tolerance: float) -> float:
             first = int(torch.nonzero(~torch.isfinite(o64) & finite.reshape(o64.shape))[0].tolist()[0]) \
                 if o64.dim() == 1 else torch.nonzero(~torch.isfinite(o64) & finite)[0].tolist()
             raise CaseFailure(f"{which}{int(nonfinite.sum())} of {r.numel()} elements are NaN/Inf where the reference "
-                              f"is finite (never-written output reads as NaN here), first at index {first}")
+                              "is finite (an element never written reads as NaN here; a read out of bounds can "
+                              f"also give one), first at index {first}")
         denom = float(torch.linalg.vector_norm(rf)) if rf.numel() else 0.0
         diff = float(torch.linalg.vector_norm(of - rf)) if rf.numel() else 0.0
         rel = diff / denom if denom > 0 else diff

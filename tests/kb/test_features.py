@@ -222,3 +222,10 @@ def test_search_by_workload_uses_the_agents_context_and_explains_dims_left_out(t
     result = CliRunner().invoke(app, ["search", "layernorm", "--workload", str(folder), "--json"])
     assert result.exit_code == 0, result.output
     assert "T, C" in result.output and "[workload.roles]" in result.output and "unknown feature" not in result.output
+
+
+def test_the_tutorials_n_elements_is_a_1d_problems_length() -> None:
+    """Triton's tutorials call a 1-D size ``n_elements``: it is N, an elementwise problem's length."""
+    assert infer_roles({"n_elements": 98432}) == {"n_elements": "elements"}
+    f = case_features({"n_elements": 98432}, "fp32", family="elementwise")
+    assert f["out_elems"] == 98432 and f["bytes"] == 2 * 98432 * 4
