@@ -15,10 +15,11 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from klineage.agent import METHODS, AgentReport, ProblemError, load_problem, make_planner, optimize
-from klineage.agent.moves import Move
+from klineage.agent.moves import Move, materialize
 from klineage.agent.state import AgentState
 from klineage.cli.console import fail, say
 from klineage.validator.factory import VALIDATOR_HELP
@@ -66,14 +67,20 @@ def _print_report(report: AgentReport) -> None:
 def _print_plan(moves: list[Move], name: str, method: str, as_json: bool, source: str) -> None:
     """The planned moves: JSON (``--json``) or a table. The first untried ones that change the kernel are what
     the loop validates; after a call the planner plans again from the kernel kept."""
+    # a planned move whose operators find nothing to change in this kernel costs no call: the loop skips it
+    makes = [materialize(source, m) is not None for m in moves]
     if as_json:
-        sys.stdout.write(json.dumps([m.to_dict() for m in moves], indent=2) + "\n")
+        sys.stdout.write(json.dumps([{**m.to_dict(), "materializes": made} for m, made in zip(moves, makes,
+                                                                                           strict=True)],
+                                    indent=2) + "\n")
         return
     table = Table(title=f"{name} — method {method}: {len(moves)} planned moves (before any call)")
     for col in ("#", "move", "operators", "from", "expected gain", "why"):
         table.add_column(col)
-    for i, m in enumerate(moves, 1):
-        table.add_row(str(i), m.label, "+".join(s.label() for s in m.steps), m.origin, _fmt(m.expected_gain), m.why)
+    for i, (m, made) in enumerate(zip(moves, makes, strict=True), 1):
+        why = m.why if made else f"{m.why} — cannot be made on this kernel as written: skipped"
+        table.add_row(str(i), m.label, "+".join(s.label() for s in m.steps), m.origin, _fmt(m.expected_gain),
+                      escape(why))
     out.print(table)
     if not moves:
         hint = ("no @triton.jit kernel was found in it" if "triton.jit" not in source else

@@ -225,7 +225,7 @@ def test_klineage_optimize_plan_prints_the_moves_without_validating(kb_dir: Path
     result = CliRunner().invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output
     moves = json.loads(result.stdout)
-    assert moves[0]["label"] == "launch config set" and "gemm" in moves[0]["origin"]
+    assert moves[0]["label"] == "launch config set" and "gemm" in moves[0]["origin"] and moves[0]["materializes"]
     assert all(m["steps"] and m["origin"] for m in moves)
     table = CliRunner().invoke(app, args)
     assert table.exit_code == 0 and "planned moves" in table.output
@@ -246,6 +246,10 @@ def test_klineage_optimize_says_what_is_wrong(tmp_path: Path) -> None:
                                  str(ROOT / "heldout/rmsnorm"), "--method", "magic"])
     assert method.exit_code == 2 and "expected one of" in method.output
     kernel_args = ["optimize", str(ROOT / "heldout/rmsnorm/naive.py"), "-w", str(ROOT / "heldout/rmsnorm")]
+    plan = runner.invoke(app, [*kernel_args, "--plan", "--method", "none", "--no-record", "--json"])
+    assert plan.exit_code == 0, plan.output
+    made = {m["label"]: m["materializes"] for m in json.loads(plan.stdout)}
+    assert made["num-warps"] is True and made["split-k"] is False  # a row kernel has no K loop to split
     empty = tmp_path / "empty.py"
     empty.write_text("\n")
     for kernel, needle in [(ROOT / "heldout/rmsnorm", "is a folder; expected the kernel's .py file"),
