@@ -1,4 +1,11 @@
-"""The mask-elision operator: unmasked loads when the tile divides the extent (``EVEN_X`` flags)."""
+"""The mask-elision operator: unmasked loads when the tile divides the extent (``EVEN_X`` flags).
+
+A mask ``index < N`` goes only where divisibility makes it a tile boundary: the index is a whole tile
+(``tl.arange(0, BLOCK)``) offset by multiples of it that stay inside ``N`` — the variables of loops written
+over ``N`` (``range(0, N, BLOCK)``), program ids (the grid is taken to be over ``N``), or a loop stopping at
+the program's own tile start (causal attention's keys before the diagonal). An offset from a loop over another
+extent (a split's ``range(0, CHUNK, BLOCK)``) keeps its mask: ``N % BLOCK == 0`` does not keep it in bounds.
+"""
 
 from __future__ import annotations
 
