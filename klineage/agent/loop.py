@@ -104,9 +104,10 @@ def optimize(problem: Problem, planner: Planner, validator: Any, budget: int = 1
     notes = [] if measured else ["no performance was measured (no GPU): moves were "
                                  "ranked by the knowledge base's expected gain and kept when they passed the "
                                  "checking gates"]
-    if problem.context_note():  # dims without a role: the knowledge base's conditions cannot see the shape
-        notes.append(problem.context_note())
-        say(f"note: {problem.context_note()}")
+    context_note = problem.context_note()
+    if context_note:  # dims without a role: the knowledge base's conditions cannot see the shape
+        notes.append(context_note)
+        say(f"note: {context_note}")
     # planners reason about the GPU's grid: the shapes timed, or the manifest's grid when only correctness
     # runs (on the small CPU shapes)
     grid = tuple(shapes) if measured and shapes else None

@@ -287,6 +287,30 @@ def _walk_stmts(body: list[ast.stmt]) -> Iterator[ast.stmt]:
             yield stmt
 
 
+def pointer_param(kernel: Kernel, ptr: ast.expr) -> str | None:
+    """The parameter a pointer expression starts from: the leftmost operand of its arithmetic
+    (``x_ptr + row * stride + cols``), followed through the kernel's single-name assignments
+    (``ptrs = out_ptr + offs``); None when it does not start from a parameter."""
+    params = {p.name for p in kernel.params}
+    assigns = {
+        st.targets[0].id: st.value
+        for st in ast.walk(kernel.node)
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
+    }
+    node: ast.AST = ptr
+    for _ in range(8):
+        while isinstance(node, ast.BinOp):
+            node = node.left
+        if isinstance(node, ast.Name):
+            if node.id in params:
+                return node.id
+            if node.id in assigns:
+                node = assigns[node.id]
+                continue
+        return None
+    return None
+
+
 def launch_args(launch: Launch, kernel: Kernel) -> dict[str, ast.expr]:
     """Map kernel parameter names to the expressions a launch passes (positional and keyword)."""
     out: dict[str, ast.expr] = {}

@@ -14,11 +14,11 @@ from klineage.transforms._module import Module
 from klineage.transforms._source import Edit, add_keyword, int_const, remove_keywords
 from klineage.transforms._triton import (
     Kernel,
-    Launch,
     arange_blocks,
     dotted,
     kwarg,
     launch_args,
+    pointer_param,
     single_value,
     tl_func,
 )
@@ -413,74 +413,19 @@ _ATOMICS = frozenset({"atomic_add", "atomic_max", "atomic_min", "atomic_cas", "a
 
 def accumulated_params(m: Module, k: Kernel) -> list[str]:
     """Pointer parameters of ``k`` whose memory the kernel adds into rather than only writes: the target of a
-    ``tl.atomic_*``, or a pointer both loaded from and stored to (read-modify-write), followed through the
-    kernel's locals (``ptrs = out_ptr + offs``) and kept only where every launch passes a tensor for it (a
-    name the launching function takes or makes with a tensor call, never a size). Every launch of such a
-    kernel changes what the next one starts from: Triton's ``restore_value`` must put it back after each
-    tuning run."""
-    runtime = {p.name for p in k.params if not p.constexpr}
-    assigned: dict[str, list[ast.expr]] = {}
-    for node in ast.walk(k.node):
-        if isinstance(node, ast.Assign):
-            for target in node.targets:
-                if isinstance(target, ast.Name):
-                    assigned.setdefault(target.id, []).append(node.value)
-
-    def bases(expr: ast.expr, depth: int = 0) -> set[str]:
-        """The parameters an address is a pointer offset from: the unscaled leaves of its sum."""
-        if isinstance(expr, ast.Name):
-            if expr.id in runtime:
-                return {expr.id}
-            return set().union(*(bases(v, depth + 1) for v in assigned.get(expr.id, []))) if depth < 8 else set()
-        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add | ast.Sub):
-            return bases(expr.left, depth) | bases(expr.right, depth)
-        return set()
-
+    ``tl.atomic_*``, or a pointer both loaded from and stored to (read-modify-write), each address read back to
+    the parameter it starts from (``pointer_param``). Every launch of such a kernel changes what the next one
+    starts from: Triton's ``restore_value`` must put it back after each tuning run."""
+    added: set[str] = set()
     loaded: set[str] = set()
     stored: set[str] = set()
-    added: set[str] = set()
     for node in ast.walk(k.node):
         name = tl_func(node, m.al)
-        if name is None or not isinstance(node, ast.Call):
+        if not isinstance(node, ast.Call) or not node.args or name not in (*_ATOMICS, "load", "store"):
             continue
-        pointer: ast.expr | None = (node.args[0] if node.args else
-                                    next((kw.value for kw in node.keywords if kw.arg == "pointer"), None))
-        if pointer is None:
+        base = pointer_param(k, node.args[0])
+        param = k.param(base) if base is not None else None
+        if param is None or param.constexpr:
             continue
-        if name in _ATOMICS:
-            added |= bases(pointer)
-        elif name == "load":
-            loaded |= bases(pointer)
-        elif name == "store":
-            stored |= bases(pointer)
-    found = added | (loaded & stored)
-    launches = m.launches_of(k)
-    return sorted(p for p in found if launches and all(_passes_a_tensor(la, k, p) for la in launches))
-
-
-#: Tensor methods whose result is a tensor (what a launch passes for a pointer parameter).
-_TENSOR_METHODS = frozenset({"contiguous", "view", "reshape", "to", "clone", "flatten", "t", "transpose", "permute",
-                             "expand", "view_as", "float", "half", "bfloat16", "squeeze", "unsqueeze"})
-
-
-def _passes_a_tensor(la: Launch, k: Kernel, param: str) -> bool:
-    """Whether launch ``la`` passes a tensor for ``param``: a name its function takes (not a size unpacked from
-    ``.shape``) or binds once to a ``torch.*`` call or a tensor method's result."""
-    value = launch_args(la, k).get(param)
-    func = la.func
-    if not isinstance(value, ast.Name) or func is None:
-        return False
-    made = [node for node in ast.walk(func) if isinstance(node, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == value.id for t in node.targets)]
-    unpacked = any(isinstance(t, ast.Name) and t.id == value.id for node in ast.walk(func)
-                   if isinstance(node, ast.Assign) for target in node.targets if isinstance(target, ast.Tuple)
-                   for t in target.elts)
-    if unpacked:
-        return False
-    if not made:
-        return value.id in {a.arg for a in func.args.args}
-    if len(made) != 1 or not isinstance(made[0].value, ast.Call):
-        return False
-    call = made[0].value.func
-    name = dotted(call) or ""
-    return name.startswith("torch.") or (isinstance(call, ast.Attribute) and call.attr in _TENSOR_METHODS)
+        (added if name in _ATOMICS else loaded if name == "load" else stored).add(param.name)
+    return sorted(added | (loaded & stored))

@@ -8,33 +8,11 @@ from typing import Any
 
 from klineage.transforms._module import Module
 from klineage.transforms._source import Edit, add_keyword, remove_keyword
-from klineage.transforms._triton import Kernel, kwarg, tl_call, tl_func
+from klineage.transforms._triton import Kernel, kwarg, pointer_param, tl_call, tl_func
 from klineage.transforms.features import derived_names, pid_derived
 from klineage.transforms.operator import Anchor, Operator, Rewrite
 from klineage.transforms.operators._common import anchor, has_dot
 from klineage.transforms.operators._restore import kw_record, restore_keywords, where
-
-
-def _base_param(m: Module, k: Kernel, ptr: ast.expr) -> str | None:
-    """The pointer parameter a pointer expression starts from (following local assignments)."""
-    params = {p.name for p in k.params}
-    assigns = {
-        st.targets[0].id: st.value
-        for st in ast.walk(k.node)
-        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
-    }
-    node: ast.AST = ptr
-    for _ in range(8):
-        while isinstance(node, ast.BinOp):
-            node = node.left
-        if isinstance(node, ast.Name):
-            if node.id in params:
-                return node.id
-            if node.id in assigns:
-                node = assigns[node.id]
-                continue
-        return None
-    return None
 
 
 class EvictionHints(Operator):
@@ -103,7 +81,7 @@ class EvictionHints(Operator):
             pid = pid_derived(k.node, m.al)
             by_param: dict[str, list[ast.Call]] = {}
             for c in self._loads(m, k):
-                base = _base_param(m, k, c.args[0])
+                base = pointer_param(k, c.args[0])
                 if base is not None:
                     by_param.setdefault(base, []).append(c)
             sides = _branch_sides(k.node)
