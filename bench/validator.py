@@ -245,6 +245,15 @@ def _one_per_job(rows: list[tuple[str, str, dict[str, Any]]]) -> list[tuple[str,
     return sorted((row for _, row in best.values()), key=lambda r: r[1])
 
 
+def _utc_time(text: str) -> datetime:
+    """An ISO time from the command line; one without an offset is UTC, as the cache writes its times."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO time such as 2026-12-06T00:00") from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
 def from_cache(path: Path, since: datetime | None = None, until: datetime | None = None) -> dict[str, Any]:
     """Seconds per candidate and per gate as an evaluation's result cache recorded them (see the docstring),
     of the results written in [``since``, ``until``) when given (before/after a change, on one card)."""
@@ -393,10 +402,10 @@ def main() -> int:
     parser.add_argument("--cpu", action="store_true", help="interpreter mode for the job figures, even on a GPU")
     parser.add_argument("--from-cache", type=Path, help="an evaluation's result cache: what the validator cost there "
                         "(reads only; nothing else is measured)")
-    parser.add_argument("--since", type=datetime.fromisoformat, help="with --from-cache: results written at or "
-                        "after this ISO time only (e.g. 2026-12-06T00:00:00+00:00)")
-    parser.add_argument("--until", type=datetime.fromisoformat, help="with --from-cache: results written before "
-                        "this ISO time only")
+    parser.add_argument("--since", type=_utc_time, help="with --from-cache: results written at or after this ISO "
+                        "time only (e.g. 2026-12-06T00:00; UTC unless it names its offset)")
+    parser.add_argument("--until", type=_utc_time, help="with --from-cache: results written before this ISO time "
+                        "only (UTC unless it names its offset)")
     parser.add_argument("--concurrent", type=int, default=0, help="jobs side by side: candidates per minute of "
                         "held-out kernels and their rewrites, per device-lock mode (see --lock-modes)")
     parser.add_argument("--workloads", default=CONCURRENT_WORKLOADS, help="with --concurrent: held-out workloads")

@@ -126,19 +126,24 @@ def optimize(problem: Problem, planner: Planner, validator: Any, budget: int = 1
         seen.add(sha)
         gate_result = judge(made.source)
         result = measure(gate_result)
-        unchecked = _unchecked_change(state.source, made.source, gate_result)
-        # without timing a pass is all the evidence: a change no checked shape ran has none, so it is not kept
-        accepted = _better(result, best, move.expected_gain, measured) and (measured or not unchecked)
+        changed = changed_kernels(state.source, made.source)
+        unchecked = _unchecked_change(changed, gate_result)
+        # A change no checked shape ran is no evidence: without timing a pass is all there is, so a move with
+        # any such change is not kept; timed, a move that changed only code that never ran cannot be what moved
+        # the time (the same shapes are checked and timed), so it is neither kept nor a trial of the skill.
+        inert = bool(unchecked) and set(unchecked) == set(changed)
+        accepted = (_better(result, best, move.expected_gain, measured)
+                    and not (unchecked if not measured else inert))
         attempt = Attempt(len(state.attempts) + 1, move, made.applied, sha, result.verdict, result.failed_gate,
                           result.reason, result.speedup, result.per_shape, accepted)
         state.attempts.append(attempt)
         if kb is not None:
-            _record(kb, made.source, attempt, best, gate_result, problem.search_context(arch))
+            _record(kb, made.source, attempt, best, gate_result, problem.search_context(arch), exercised=not inert)
         if accepted:
             best, best_source, state.source = result, made.source, made.source
             state.unusable.clear()
         say(_line(attempt, tag) + (f" [changed kernel(s) {', '.join(unchecked)} never ran on the checked shapes"
-                                   f"{'' if measured else ': not kept'}]" if unchecked else ""))
+                                   f"{': not kept' if not measured or inert else ''}]" if unchecked else ""))
         failed_alike = (best is None and start.failed_gate in _BEFORE_KERNELS
                         and (attempt.failed_gate, attempt.reason) == (start.failed_gate, start.reason))
         like_start = like_start + 1 if failed_alike else 0
@@ -153,13 +158,13 @@ def optimize(problem: Problem, planner: Planner, validator: Any, budget: int = 1
                        tuple(state.attempts), tuple(notes))
 
 
-def _unchecked_change(before: str, after: str, result: GateResult) -> tuple[str, ...]:
-    """The kernels the move changed (``transforms.features.changed_kernels``) that the validator reports no
-    checked call launched (the correctness gate's ``kernels_never_launched``): code the pass does not vouch
-    for (a looped kernel behind a threshold the small CPU shapes never cross, say)."""
+def _unchecked_change(changed: Sequence[str], result: GateResult) -> tuple[str, ...]:
+    """Those of the kernels a move ``changed`` (``transforms.features.changed_kernels``) that the validator
+    reports no checked call launched (the correctness gate's ``kernels_never_launched``): code the pass does not
+    vouch for (a looped kernel behind a threshold the checked shapes never cross, say)."""
     gate = result.gate("correctness")
     never = set(gate.metrics.get("kernels_never_launched") or ()) if gate is not None else set()
-    return tuple(name for name in changed_kernels(before, after) if name in never) if never else ()
+    return tuple(name for name in changed if name in never)
 
 
 def _next_candidate(planner: Planner, state: AgentState, seen: set[str]) -> tuple[Any, Any] | None:
@@ -184,14 +189,18 @@ def _better(result: Measurement, best: Measurement | None, expected: float | Non
 
 
 def _record(kb: Any, source: str, attempt: Attempt, best: Measurement | None, gate_result: GateResult | None = None,
-            context: Mapping[str, Any] | None = None) -> None:
+            context: Mapping[str, Any] | None = None, exercised: bool = True) -> None:
     """One Application per skill the attempt used; the speedup is over the kernel it was applied to; the gate
-    result that judged the candidate makes it verified, ``context`` is the problem's representative shape."""
+    result that judged the candidate makes it verified, ``context`` is the problem's representative shape. A
+    move that changed only kernels no checked call ran (not ``exercised``) is recorded as ``unexercised``
+    without its gate result: no trial of the skill either way."""
     relative = None
     if attempt.speedup is not None and best is not None and best.speedup:
         relative = attempt.speedup / best.speedup
     if attempt.verdict != "pass":
         outcome = f"fail-{attempt.failed_gate}" if attempt.failed_gate else "fail"
+    elif not exercised:
+        outcome, gate_result = "unexercised", None
     elif relative is None:
         outcome = "pass"
     else:

@@ -42,8 +42,19 @@ from klineage.validator.harness import jit_functions_of, load_candidate, one_lin
 from klineage.validator.triton_launch import LaunchPatch
 
 SHARED_LIMITS: dict[int, tuple[str, int]] = {80: ("A100", 166912), 90: ("H200", 232448)}
+"""Opt-in shared memory per block (bytes) by compute capability, with the GPU we mean by it when cross-compiling
+(an H100 has the same sm_90 limit as the H200)."""
 PORTABILITY_ARCH = 80  # our second architecture: reported, compile-only, never failing the gate
-"""Opt-in shared memory per block (bytes) by compute capability, with the GPU we mean by it."""
+
+
+def gpu_name(arch: int, on_device: bool) -> str:
+    """The GPU a variant of ``arch`` was judged for: the card in this machine when compiled on it (an H100 is
+    not reported as an H200), otherwise the GPU :data:`SHARED_LIMITS` means by the architecture."""
+    if on_device and torch.cuda.is_available():
+        name = torch.cuda.get_device_name()
+        short = re.search(r"\b([A-Z]{1,2}\d{2,3})\b", name)
+        return short.group(1) if short else name
+    return SHARED_LIMITS.get(arch, (f"sm_{arch}",))[0]
 _OPTION_KEYS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 _REGS = re.compile(r"Used (\d+) registers")
 _SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -53,9 +64,10 @@ class _Variant:
     """One compiled (kernel, arch, specialization) and what it costs."""
 
     def __init__(self, kernel: str, arch: int, group: int, autotuned: bool, config: dict[str, Any],
-                 mode: str) -> None:
+                 mode: str, gpu: str) -> None:
         self.kernel = kernel
         self.arch = arch
+        self.gpu = gpu
         self.group = group
         self.autotuned = autotuned
         self.config = config
@@ -72,7 +84,7 @@ class _Variant:
         return self.error is None and self.shared is not None and self.shared <= limit
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kernel": self.kernel, "arch": f"sm_{self.arch}", "gpu": SHARED_LIMITS.get(self.arch, ("?",))[0],
+        return {"kernel": self.kernel, "arch": f"sm_{self.arch}", "gpu": self.gpu,
                 "mode": self.mode, "autotuned": self.autotuned, "config": self.config, "n_regs": self.n_regs,
                 "n_spills": self.n_spills, "shared": self.shared, "fits": self.fits, "error": self.error,
                 "unchecked": self.unchecked}
@@ -159,7 +171,8 @@ class CompileProbe:
                 continue
             on_device = self.on_gpu and arch == self.target_arch
             variant = _Variant(name, arch, group, autotuned, config,
-                               "jit on device" if on_device else "cross-compile, compile-only")
+                               "jit on device" if on_device else "cross-compile, compile-only",
+                               gpu_name(arch, on_device))
             self.variants[key] = variant
             try:
                 if on_device:
@@ -329,7 +342,7 @@ def run_compile_gate(candidate_path: Path, cases: Iterable[tuple[str, tuple]], o
     if not variants:
         return {"status": "fail", "reason": "run launched no Triton kernel, nothing to compile", "metrics": {}}
     target = probe.target_arch
-    target_name = SHARED_LIMITS.get(target, (f"sm_{target}",))[0]
+    target_name = gpu_name(target, on_gpu)
     mode = "on device" if on_gpu else "cross-compiled on CPU, compile-only"
     unchecked = [v for v in variants if v.arch == target and v.unchecked]
     on_target = [v for v in variants if v.arch == target and not v.unchecked]

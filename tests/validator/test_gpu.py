@@ -150,6 +150,7 @@ def test_inputs_sent_back_through_either_transport_show_what_the_candidate_did(
     from hostile.table import CANDIDATES
 
     from klineage.validator import LocalValidator
+    from klineage.validator.compile_gate import gpu_name
 
     if socket_inputs:
         monkeypatch.setenv("KLINEAGE_VALIDATOR_IPC_INPUTS", "0")
@@ -166,6 +167,9 @@ def test_inputs_sent_back_through_either_transport_show_what_the_candidate_did(
             assert why in failed.reason, (name, failed.reason)
     honest = validator.validate((ROWSUM / "kernel.py").read_text(), ROWSUM, gates=gates)
     assert honest.verdict == "pass", honest.to_dict()
+    # the compile gate names the card it compiled on (an H100 was once reported as an H200)
+    card = gpu_name(torch.cuda.get_device_capability()[0] * 10, on_device=True)
+    assert card in torch.cuda.get_device_name() and f"({card}, on device)" in honest.gate("compile").metrics["target"]
 
 
 def test_a_workload_with_a_scalar_argument_leaves_no_input_lent_through_ipc() -> None:
