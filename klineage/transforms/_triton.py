@@ -539,15 +539,44 @@ def kernel_calls(kernel: Kernel, al: Aliases, func: str) -> list[ast.Call]:
     return [n for n in ast.walk(kernel.node) if tl_call(n, al, func)]
 
 
+#: ``tl`` calls that make a block pointer or a tensor descriptor, with the positions of their ``shape`` and
+#: ``block_shape`` arguments when given positionally.
+_BLOCK_MAKERS: dict[str, tuple[int, int]] = {"make_block_ptr": (1, 4), "make_tensor_descriptor": (1, 3)}
+
+
+def block_shapes(kernel: Kernel, al: Aliases) -> list[tuple[list[ast.expr], list[ast.expr]]]:
+    """``(shape, block_shape)`` of every ``tl.make_block_ptr`` / ``tl.make_tensor_descriptor`` in a kernel
+    whose two are written as lists or tuples (keywords or positions), in source order: the blocks such a
+    pointer loads, bounded by the shape as a mask would bound them."""
+    out: list[tuple[list[ast.expr], list[ast.expr]]] = []
+    calls = sorted((n for n in ast.walk(kernel.node) if isinstance(n, ast.Call)),
+                   key=lambda n: (n.lineno, n.col_offset))
+    for call in calls:
+        where = _BLOCK_MAKERS.get(tl_func(call, al) or "")
+        if where is None:
+            continue
+        shape = kwarg(call, "shape") or (call.args[where[0]] if len(call.args) > where[0] else None)
+        block = kwarg(call, "block_shape") or (call.args[where[1]] if len(call.args) > where[1] else None)
+        if isinstance(shape, (ast.List, ast.Tuple)) and isinstance(block, (ast.List, ast.Tuple)):
+            out.append((list(shape.elts), list(block.elts)))
+    return out
+
+
 def arange_blocks(kernel: Kernel, al: Aliases) -> list[str]:
-    """Constexpr params used as the end of ``tl.arange(0, P)`` (tile sizes), in first-use order."""
+    """Constexpr params that size a tile, in first-use order: the end of ``tl.arange(0, P)``, or a dimension
+    of the ``block_shape`` of a block pointer or tensor descriptor (a kernel written with
+    ``tl.make_block_ptr`` may never call ``tl.arange``)."""
     out: list[str] = []
     cex = set(kernel.constexprs)
+    ends: list[tuple[int, int, ast.expr]] = []
     for call in ast.walk(kernel.node):
         if tl_call(call, al, "arange") and len(call.args) == 2:
-            end = call.args[1]
-            if isinstance(end, ast.Name) and end.id in cex and end.id not in out:
-                out.append(end.id)
+            ends.append((call.lineno, call.col_offset, call.args[1]))
+    for _, block in block_shapes(kernel, al):
+        ends += [(d.lineno, d.col_offset, d) for d in block]
+    for _, _, end in sorted(ends, key=lambda e: (e[0], e[1])):
+        if isinstance(end, ast.Name) and end.id in cex and end.id not in out:
+            out.append(end.id)
     return out
 
 

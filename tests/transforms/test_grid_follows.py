@@ -275,3 +275,69 @@ def test_warps_a_launch_computes_are_never_left_beside_autotune_configs() -> Non
     host = rw.source.split("def run")[1]
     assert "num_warps" not in host and "num_warps=2" in rw.source.split("def run")[0], rw.diff
     assert check(literal, rw.source) <= 1.0, rw.diff
+
+
+BLOCK_POINTER_GEMM = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def bp_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid = tl.program_id(0)
+    num_n = tl.cdiv(N, BLOCK_N)
+    pid_m = pid // num_n
+    pid_n = pid % num_n
+    a_bp = tl.make_block_ptr(a_ptr, (M, K), (stride_am, stride_ak), (pid_m * BLOCK_M, 0), (BLOCK_M, BLOCK_K), (1, 0))
+    b_bp = tl.make_block_ptr(base=b_ptr, shape=(K, N), strides=(stride_bk, stride_bn),
+                             offsets=(0, pid_n * BLOCK_N), block_shape=(BLOCK_K, BLOCK_N), order=(1, 0))
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for _ in range(0, tl.cdiv(K, BLOCK_K)):
+        a = tl.load(a_bp, boundary_check=(0, 1), padding_option="zero")
+        b = tl.load(b_bp, boundary_check=(0, 1), padding_option="zero")
+        acc += tl.dot(a, b)
+        a_bp = tl.advance(a_bp, (0, BLOCK_K))
+        b_bp = tl.advance(b_bp, (BLOCK_K, 0))
+    c_bp = tl.make_block_ptr(base=c_ptr, shape=(M, N), strides=(stride_cm, stride_cn),
+                             offsets=(pid_m * BLOCK_M, pid_n * BLOCK_N), block_shape=(BLOCK_M, BLOCK_N), order=(1, 0))
+    tl.store(c_bp, acc.to(c_ptr.dtype.element_ty), boundary_check=(0, 1))
+
+
+def run(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    grid = (triton.cdiv(M, 32) * triton.cdiv(N, 32),)
+    bp_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                    BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+    return c
+'''
+
+
+def test_a_block_pointer_gemm_takes_the_experts_tiles() -> None:
+    """A GEMM written with ``tl.make_block_ptr`` (positional and keyword) never calls ``tl.arange``: its tiles
+    are the block shapes. Autotune with the GEMM expert's configs and tile-size both apply, the grid counts
+    with the new tiles (the block pointer's shape bounds them as a mask would), and every emitted kernel is
+    right on a shape no tile divides. (Seen: neither applied, while the plan listed the config set first.)"""
+    from klineage.transforms.operators._roles import tile_roles
+
+    assert tile_roles(BLOCK_POINTER_GEMM)["bp_kernel"] == {"BLOCK_M": "tile_m", "BLOCK_N": "tile_n",
+                                                           "BLOCK_K": "tile_k"}
+    case = Case("block-pointer-gemm", BLOCK_POINTER_GEMM,
+                lambda: [(torch.randn(150, 70, generator=_g(0)), torch.randn(70, 135, generator=_g(1)))],
+                lambda a, b: a @ b, rtol=1e-3, atol=1e-3)
+    assert check(case) <= 1.0
+    pinned = [c for c in _pinned(case.source) if c.get("tile_m", 0) <= 64] or _pinned(case.source)[-1:]
+    for cfg in pinned:
+        rw = AUTOTUNE.apply(case.source, configs=[cfg])
+        assert rw is not None, cfg
+        host = rw.source.split("def run")[1]
+        assert "META['BLOCK_M']" in host and "META['BLOCK_N']" in host and ", 32)" not in host, rw.diff
+        assert check(case, rw.source) <= 1.0, f"{cfg}\n{rw.diff}"
+    t = TILE.apply(case.source, tiles={"tile_m": 64, "tile_n": 64, "tile_k": 16})
+    assert t is not None
+    assert "BLOCK_M=64" in t.source and "triton.cdiv(M, 64)" in t.source, t.diff
+    assert check(case, t.source) <= 1.0, t.diff
+    assert AUTOTUNE.apply(case.source) is not None  # the default variants around the launch's tiles too

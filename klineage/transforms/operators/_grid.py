@@ -18,7 +18,15 @@ from dataclasses import dataclass
 
 from klineage.transforms._module import Module
 from klineage.transforms._source import int_const
-from klineage.transforms._triton import Kernel, Launch, kwarg, launch_args, single_value, tl_func, triton_func
+from klineage.transforms._triton import (
+    Kernel,
+    Launch,
+    block_shapes,
+    launch_args,
+    single_value,
+    tl_func,
+    triton_func,
+)
 from klineage.transforms.features import pid_derived
 from klineage.transforms.operators._common import grid_tuple, param_default
 from klineage.transforms.operators._roles import partitioned_params
@@ -202,14 +210,12 @@ def tile_evidence(m: Module, k: Kernel) -> set[tuple[str, str]]:
             a, b = n.args  # type: ignore[attr-defined]
             if isinstance(a, ast.Name) and a.id in runtime and isinstance(b, ast.Name) and b.id in parts:
                 out.add((b.id, a.id))
-        elif tl_func(n, m.al) == "make_tensor_descriptor":
-            # a tensor descriptor bounds its blocks by its shape, as a mask would: shape=[M, ...] with
-            # block_shape=[BLOCK_M, ...]
-            shape, block = kwarg(n, "shape"), kwarg(n, "block_shape")  # type: ignore[arg-type]
-            if isinstance(shape, (ast.List, ast.Tuple)) and isinstance(block, (ast.List, ast.Tuple)):
-                for d, b in zip(shape.elts, block.elts, strict=False):
-                    if isinstance(d, ast.Name) and d.id in runtime and isinstance(b, ast.Name) and b.id in parts:
-                        out.add((b.id, d.id))
+    # a block pointer or tensor descriptor bounds its blocks by its shape, as a mask would: shape=[M, ...]
+    # with block_shape=[BLOCK_M, ...]
+    for shape, block in block_shapes(k, m.al):
+        for d, b in zip(shape, block, strict=False):
+            if isinstance(d, ast.Name) and d.id in runtime and isinstance(b, ast.Name) and b.id in parts:
+                out.add((b.id, d.id))
     return out
 
 
