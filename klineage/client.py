@@ -26,7 +26,7 @@ from klineage.schema.records import Anchor, Condition, Effect, Evidence, Risk
 DEFAULT_TIMEOUT_S = 60.0
 
 _SKILL_FIELDS = """id name intent operator anchor { predicate description } carrier transform
-  effect { min median max n } support supportLineages architectures sample profitability
+  effect { min median max n } support supportLineages architectures workloads families sample profitability
   applied verified paid fieldEffect { min median max n } usage admitted admission"""
 _EVIDENCE_FIELDS = "lineageId stepId workload gpu speedups sample"
 _CONDITION_FIELDS = "expr kind source description accuracy support oosAccuracy majority"
@@ -69,6 +69,8 @@ class Skill:
     support_steps: int
     support_lineages: int
     architectures: tuple[str, ...]
+    workloads: tuple[str, ...]
+    families: tuple[str, ...]
     sample: bool
     profitability: str
     applied: int
@@ -166,7 +168,8 @@ def _skill(data: Mapping[str, Any]) -> Skill:
         anchor=Anchor(data["anchor"]["predicate"], data["anchor"]["description"]), carrier=data["carrier"],
         transform=dict(data["transform"] or {}), effect=Effect.from_dict(data["effect"]),
         support_steps=int(data["support"]), support_lineages=int(data["supportLineages"]),
-        architectures=tuple(data["architectures"]), sample=bool(data["sample"]),
+        architectures=tuple(data["architectures"]), workloads=tuple(data["workloads"]),
+        families=tuple(data["families"]), sample=bool(data["sample"]),
         profitability=data["profitability"], applied=int(data["applied"]), verified=int(data["verified"]),
         paid=int(data["paid"]), field_effect=_effect(data.get("fieldEffect")), usage=data["usage"],
         admitted=bool(data["admitted"]), admission=str(data["admission"]),

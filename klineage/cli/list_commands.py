@@ -54,15 +54,21 @@ def skills(operator: Annotated[str | None, typer.Option(help="Only the skill of 
     rows = [{"id": s.id, "operator": s.operator, "name": s.name,
              "median": s.effect.median, "min": s.effect.min, "max": s.effect.max, "shapes": s.effect.n,
              "support_steps": s.support_steps, "support_lineages": s.support_lineages,
-             "architectures": list(s.architectures), "sample": s.sample} for s in items]
+             "architectures": list(s.architectures), "learned_on": list(s.workloads), "families": list(s.families),
+             "sample": s.sample} for s in items]
     for row in rows:
         row["effect"] = "—" if row["median"] is None else f"{row['median']:.2f}× (n={row['shapes']})"
         row["support"] = f"{row['support_steps']} steps / {row['support_lineages']} lineages"
     if as_json:
         for row in rows:
             del row["effect"], row["support"]
+    for row in rows:
+        row["learned"] = ", ".join(row["learned_on"])
+    if as_json:
+        for row in rows:
+            del row["learned"]
     _emit(rows, [("operator", "operator"), ("name", "name"), ("effect", "median effect"), ("support", "support"),
-                 ("sample", "sample")], "Skills", as_json, _EMPTY_KB)
+                 ("learned", "learned on"), ("sample", "sample")], "Skills", as_json, _EMPTY_KB)
 
 
 def lineages(workload: Annotated[str | None, typer.Option(help="Only the lineages of this workload.")] = None,

@@ -94,6 +94,9 @@ class Skill:
     support: int = strawberry.field(description="Number of accepted lineage steps behind this skill.")
     support_lineages: int
     architectures: list[str]
+    workloads: list[str] = strawberry.field(description="The workloads whose lineages gave it evidence.")
+    families: list[str] = strawberry.field(
+        description="Their families (gemm, attention, row-reduction, ...): what kind of kernel it was learned on.")
     sample: bool = strawberry.field(description="True when every piece of evidence is a test fixture.")
     profitability: str = strawberry.field(
         description="When no PROFITABLE_WHEN rule was kept: what the timings showed "
@@ -115,7 +118,8 @@ class Skill:
                      anchor=Anchor(predicate=s.anchor.predicate, description=s.anchor.description),
                      carrier=s.carrier, transform=JSON(dict(s.transform)), effect=Effect.of(s.effect),
                      support=s.support_steps, support_lineages=s.support_lineages,
-                     architectures=list(s.architectures), sample=s.sample, profitability=s.profitability,
+                     architectures=list(s.architectures), workloads=list(s.workloads), families=list(s.families),
+                     sample=s.sample, profitability=s.profitability,
                      applied=s.applied, verified=s.verified, paid=s.paid, field_effect=Effect.of(s.field_effect),
                      usage=s.usage(), admitted=s.admitted, admission=s.admission)
 

@@ -140,8 +140,9 @@ class KnowledgeBase:
         operator, learned from other lineages) is merged: its evidence steps are the union of the
         stored ones and this document's, its effect is recomputed from all of their timings, its
         support counts distinct steps and lineages, its conditions and risks are the union (an
-        existing condition keeps its description and gets the larger support), its text, anchor and
-        embedding stay as first stored, its profitability note is this document's (the latest
+        existing condition keeps its description and gets the larger support), its text and anchor stay
+        as first stored, its workloads and families are the union (its embedding is computed again when that
+        changes its embedded text), its profitability note is this document's (the latest
         induction), its architectures are the union, and it is a sample only
         while all of its evidence is. Skills this document says it enables are linked when they are
         already in the store.
@@ -180,21 +181,19 @@ class KnowledgeBase:
                 if node.id not in evidence_of[sid]:
                     evidence_of[sid][node.id] = Step.from_node(node)
 
-        to_embed = [s for s in new_skills
-                    if (old := existing.get(s.id)) is None or not old.embedding]
-        embedded: dict[str, tuple[float, ...]] = {}
+        merged_skills = {skill.id: self._merge_skill(skill, existing.get(skill.id),
+                                                     list(evidence_of[skill.id].values()))
+                         for skill in new_skills}
+        # embedded once, and again only when the text changed (a lineage of another workload merged in)
+        to_embed = [m for sid, m in merged_skills.items()
+                    if (old := existing.get(sid)) is None or not old.embedding
+                    or old.embedding_text() != m.embedding_text()]
         if to_embed:
-            vectors = self.embedder.embed([s.embedding_text() for s in to_embed])
-            embedded = {s.id: tuple(float(x) for x in v) for s, v in zip(to_embed, vectors, strict=True)}
-
-        merged_nodes: dict[str, Node] = {}
-        merged_ids: list[str] = []
-        for skill in new_skills:
-            old = existing.get(skill.id)
-            merged = self._merge_skill(skill, old, list(evidence_of[skill.id].values()), embedded.get(skill.id))
-            if old is not None:
-                merged_ids.append(skill.id)
-            merged_nodes[skill.id] = merged.to_node()
+            vectors = self.embedder.embed([m.embedding_text() for m in to_embed])
+            for m, v in zip(to_embed, vectors, strict=True):
+                merged_skills[m.id] = replace(m, embedding=tuple(float(x) for x in v))
+        merged_nodes = {sid: m.to_node() for sid, m in merged_skills.items()}
+        merged_ids = [sid for sid in merged_skills if existing.get(sid) is not None]
         condition_nodes = self._merge_conditions(batch)
         extra_rels = self._cross_lineage_enables(doc)
         nodes = [merged_nodes.get(n.id, condition_nodes.get(n.id, n)) for n in batch.nodes]
@@ -227,8 +226,7 @@ class KnowledgeBase:
                                       "the document was not ingested") from exc
 
     @staticmethod
-    def _merge_skill(new: Skill, old: Skill | None, steps: Sequence[Step], embedding: tuple[float, ...] | None
-                     ) -> Skill:
+    def _merge_skill(new: Skill, old: Skill | None, steps: Sequence[Step]) -> Skill:
         # a step of a walk that timed nothing (``measured`` false) is no evidence of an effect
         steps = [s for s in steps if s.measured]
         measured = [s for s in steps if not s.sample]
@@ -245,7 +243,8 @@ class KnowledgeBase:
         return replace(
             base, effect=Effect.of(speedups), support_steps=len(steps), support_lineages=len(lineages),
             architectures=tuple(archs), sample=sample,
-            embedding=base.embedding or embedding or (),
+            workloads=tuple(sorted({*(old.workloads if old else ()), *new.workloads})),
+            families=tuple(sorted({*(old.families if old else ()), *new.families})),
             profitability=new.profitability,  # the latest induction's verdict (re-induced from all evidence)
         )
 

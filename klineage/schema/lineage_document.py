@@ -183,6 +183,7 @@ def skill_records(doc: LineageDocument) -> list[tuple[Skill, list[Condition], li
             effect=Effect.of(speedups), support_steps=len(sk["steps"]) if measured else 0,
             support_lineages=1 if measured else 0,
             architectures=tuple(sk.get("architectures") or (arch,)), sample=doc.sample,
+            workloads=(doc.data["workload"]["name"],), families=(doc.data["workload"]["family"],),
             profitability=str(sk.get("profitability") or ""),
         )
         conditions = [

@@ -122,6 +122,18 @@ class Risk:
         return Risk(p["kind"], p["description"], p.get("evidence", ""))
 
 
+#: What a workload family is called in a user's words: the vocabulary a skill's embedded text gains from the
+#: families it was learned on (a family not listed is said by its own name).
+FAMILY_WORDS: dict[str, str] = {
+    "gemm": "matrix multiplication, matmul, GEMM, linear layer, tl.dot",
+    "attention": "attention, flash attention, softmax of Q K^T times V",
+    "row-reduction": "row-wise reductions: softmax, layer norm, RMSNorm, cross-entropy over rows",
+    "reduction": "reductions: sums, means, max over an axis",
+    "elementwise": "elementwise operations, activations",
+    "scan": "prefix scans, cumulative sums",
+}
+
+
 def skill_id(operator: str) -> str:
     """Skills that reverse the same operator merge into one: the id depends on the operator only."""
     return content_id("Skill", operator)
@@ -150,6 +162,9 @@ class Skill:
     support_steps: int = 0
     support_lineages: int = 0
     architectures: tuple[str, ...] = ()
+    #: the workloads whose lineages gave it evidence, and their families (``gemm``, ``row-reduction``, ...)
+    workloads: tuple[str, ...] = ()
+    families: tuple[str, ...] = ()
     embedding: tuple[float, ...] = ()
     sample: bool = False
     profitability: str = ""
@@ -198,8 +213,13 @@ class Skill:
                 "lineage evidence")
 
     def embedding_text(self) -> str:
-        """The text embedded for vector search: name, intent, anchor and carrier."""
-        return f"{self.name}. {self.intent} Applies to: {self.anchor.description}. Changes: {self.carrier}."
+        """The text embedded for vector search: name, intent, anchor and carrier, and the kernels it was learned
+        on in the words a user asks with ("faster matmul" must find the skills a GEMM lineage gave)."""
+        text = f"{self.name}. {self.intent} Applies to: {self.anchor.description}. Changes: {self.carrier}."
+        if self.workloads or self.families:
+            words = [FAMILY_WORDS.get(f, f) for f in self.families]
+            text += f" Learned on {', '.join(self.workloads)} kernels ({'; '.join(words)})."
+        return text
 
     def to_node(self) -> Node:
         """Return the Skill node (embedding included when present)."""
@@ -208,7 +228,8 @@ class Skill:
             "anchor_predicate": self.anchor.predicate, "anchor_text": self.anchor.description,
             "carrier": self.carrier, "transform": dict(self.transform), "effect": self.effect.to_dict(),
             "support_steps": self.support_steps, "support_lineages": self.support_lineages,
-            "architectures": list(self.architectures), "embedding": list(self.embedding),
+            "architectures": list(self.architectures), "workloads": list(self.workloads),
+            "families": list(self.families), "embedding": list(self.embedding),
             "sample": self.sample, "profitability": self.profitability,
             **({"applied": self.applied, "verified": self.verified, "paid": self.paid,
                 "field_effect": self.field_effect.to_dict()} if self.applied else {}),
@@ -224,7 +245,8 @@ class Skill:
             carrier=p.get("carrier", ""), transform=dict(p.get("transform") or {}),
             effect=Effect.from_dict(p.get("effect")), support_steps=int(p.get("support_steps") or 0),
             support_lineages=int(p.get("support_lineages") or 0),
-            architectures=_tuple(p.get("architectures")), embedding=_tuple(p.get("embedding")),
+            architectures=_tuple(p.get("architectures")), workloads=_tuple(p.get("workloads")),
+            families=_tuple(p.get("families")), embedding=_tuple(p.get("embedding")),
             sample=bool(p.get("sample", False)), profitability=str(p.get("profitability") or ""),
             applied=int(p.get("applied") or 0), verified=int(p.get("verified") or 0), paid=int(p.get("paid") or 0),
             field_effect=Effect.from_dict(p.get("field_effect")),

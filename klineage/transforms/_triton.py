@@ -9,7 +9,7 @@ the value of a constexpr parameter is written (autotune configs, launch keywords
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
@@ -544,15 +544,17 @@ def kernel_calls(kernel: Kernel, al: Aliases, func: str) -> list[ast.Call]:
 _BLOCK_MAKERS: dict[str, tuple[int, int]] = {"make_block_ptr": (1, 4), "make_tensor_descriptor": (1, 3)}
 
 
-def block_shapes(kernel: Kernel, al: Aliases) -> list[tuple[list[ast.expr], list[ast.expr]]]:
-    """``(shape, block_shape)`` of every ``tl.make_block_ptr`` / ``tl.make_tensor_descriptor`` in a kernel
-    whose two are written as lists or tuples (keywords or positions), in source order: the blocks such a
-    pointer loads, bounded by the shape as a mask would bound them."""
+def block_shapes(kernel: Kernel, al: Aliases, makers: Sequence[str] = tuple(_BLOCK_MAKERS)
+                 ) -> list[tuple[list[ast.expr], list[ast.expr]]]:
+    """``(shape, block_shape)`` of every ``tl.make_block_ptr`` / ``tl.make_tensor_descriptor`` (of ``makers``)
+    in a kernel whose two are written as lists or tuples (keywords or positions), in source order: the blocks
+    such a pointer loads, bounded by the shape as a mask would bound them."""
     out: list[tuple[list[ast.expr], list[ast.expr]]] = []
     calls = sorted((n for n in ast.walk(kernel.node) if isinstance(n, ast.Call)),
                    key=lambda n: (n.lineno, n.col_offset))
     for call in calls:
-        where = _BLOCK_MAKERS.get(tl_func(call, al) or "")
+        func = tl_func(call, al) or ""
+        where = _BLOCK_MAKERS.get(func) if func in makers else None
         if where is None:
             continue
         shape = kwarg(call, "shape") or (call.args[where[0]] if len(call.args) > where[0] else None)
@@ -564,15 +566,16 @@ def block_shapes(kernel: Kernel, al: Aliases) -> list[tuple[list[ast.expr], list
 
 def arange_blocks(kernel: Kernel, al: Aliases) -> list[str]:
     """Constexpr params that size a tile, in first-use order: the end of ``tl.arange(0, P)``, or a dimension
-    of the ``block_shape`` of a block pointer or tensor descriptor (a kernel written with
-    ``tl.make_block_ptr`` may never call ``tl.arange``)."""
+    of the ``block_shape`` of a block pointer (a kernel written with ``tl.make_block_ptr`` may never call
+    ``tl.arange``). Tensor-descriptor kernels are left to their own readers (``accumulator_tile``, the
+    tensor-descriptors operator): their tiles as found before stay what the committed walks replay."""
     out: list[str] = []
     cex = set(kernel.constexprs)
     ends: list[tuple[int, int, ast.expr]] = []
     for call in ast.walk(kernel.node):
         if tl_call(call, al, "arange") and len(call.args) == 2:
             ends.append((call.lineno, call.col_offset, call.args[1]))
-    for _, block in block_shapes(kernel, al):
+    for _, block in block_shapes(kernel, al, ("make_block_ptr",)):
         ends += [(d.lineno, d.col_offset, d) for d in block]
     for _, _, end in sorted(ends, key=lambda e: (e[0], e[1])):
         if isinstance(end, ast.Name) and end.id in cex and end.id not in out:

@@ -514,7 +514,7 @@ def _integrity_checked_calls(runner: CandidateRunner, reference: Any, manifest: 
         same = _same_bits(first.out, second.out)
     if not same:
         return {"status": "fail", "metrics": {"case": label},
-                "reason": f"two runs on the same inputs differ on {label} (non-deterministic output)"}
+                "reason": f"two runs on the same inputs differ on {label} ({NONDETERMINISTIC})"}
     with spent("inputs"):
         refill = reference.make_inputs(dict(shape), dtype, 4343, device=device)
     same_layout = all(_same_layout(a, b) for a, b in zip(inputs, refill, strict=True))
@@ -534,6 +534,10 @@ def _integrity_checked_calls(runner: CandidateRunner, reference: Any, manifest: 
             return {"status": "fail", "reason": f"run raised on {label}: {exc}",
                     "metrics": {"case": label}}
     return None
+
+
+#: The words of an integrity failure for two runs that differ (``runner`` adds why, where it knows).
+NONDETERMINISTIC = "non-deterministic output"
 
 
 def _integrity_outcome(findings: Findings, cases: int) -> dict[str, Any]:

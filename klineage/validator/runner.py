@@ -305,6 +305,7 @@ def validate_job(source: str, workload: WorkloadRef, gates: Sequence[str], shape
             _mark_short_alone(outcomes)
         if lost_gate:
             cacheable = False
+        _say_why_runs_differ(outcomes, report.ordered_atomics)
     final, complete = assemble_gates(outcomes, gates)
     cacheable = cacheable and complete
     if keep_workdir:
@@ -416,6 +417,25 @@ def _run_gates(source: str, workload: WorkloadRef, remaining: list[str], shapes:
             merged = with_portability(outcomes["compile"].to_dict(), variants, error)
             merged["metrics"]["sm_80"]["wall_s"] = round(side.wall_s, 3)
             outcomes["compile"] = GateOutcome("compile", merged["status"], merged["reason"], merged["metrics"])
+
+
+def _say_why_runs_differ(outcomes: dict[str, GateOutcome], ordered_atomics: Sequence[str]) -> None:
+    """An integrity failure for runs that differ, of a candidate whose kernels call atomics whose result
+    depends on the order programs run in, says so: a float ``tl.atomic_add`` reduction is no cheat, but
+    its sum comes out in a different order on each run, and this validator requires bitwise-reproducible
+    output (a memoized or drifting output is told apart from a correct one that way). The verdict stays."""
+    outcome = outcomes.get("integrity")
+    if outcome is None or outcome.status != "fail" or not ordered_atomics:
+        return
+    from klineage.validator.checks import NONDETERMINISTIC
+
+    if NONDETERMINISTIC not in outcome.reason:
+        return
+    outcomes["integrity"] = dataclasses.replace(
+        outcome, reason=f"{outcome.reason}: the kernels call {', '.join(ordered_atomics)}, whose result depends on "
+                        "the order programs run in (float sums round differently in each order); output must be "
+                        "bitwise reproducible here: write per-program partial results and reduce them in a second "
+                        "kernel (or a fixed loop) instead")
 
 
 def _say_what_never_ran(outcomes: dict[str, GateOutcome], host_kernels: Sequence[str],

@@ -168,6 +168,10 @@ REFUSED_ATTRS: frozenset[str] = frozenset({
 """Never allowed in host code whatever the object (file-backed or shared storage, host copies, I/O)."""
 
 
+#: ``tl`` atomics whose result can depend on the order programs run in.
+ORDER_DEPENDENT_ATOMICS = frozenset({"atomic_add", "atomic_xchg", "atomic_cas"})
+
+
 @dataclass
 class StaticReport:
     """What the static gate found: ``ok``, the first ``reason`` when not, and facts about the source."""
@@ -176,6 +180,9 @@ class StaticReport:
     reason: str = ""
     kernels: list[str] = field(default_factory=list)
     uses_dot: bool = False
+    #: the ``tl.atomic_*`` operations kernels call whose result depends on the order programs run in (a float
+    #: ``atomic_add`` sums in a different order each run; ``atomic_xchg`` keeps whichever program came last)
+    ordered_atomics: list[str] = field(default_factory=list)
     launches: int = 0
     lines: int = 0
     #: the kernels host code names (launched, or bound to a name that is): every kernel but the @jit helpers
@@ -185,7 +192,8 @@ class StaticReport:
     def metrics(self) -> dict[str, Any]:
         """Metrics for the gate outcome document."""
         return {"kernels": list(self.kernels), "uses_dot": self.uses_dot, "launch_sites": self.launches,
-                "lines": self.lines, "host_kernels": list(self.host_kernels)}
+                "lines": self.lines, "host_kernels": list(self.host_kernels),
+                **({"ordered_atomics": list(self.ordered_atomics)} if self.ordered_atomics else {})}
 
 
 class StaticViolation(Exception):
@@ -243,6 +251,7 @@ class _Checker:
         self.kernels: dict[str, ast.FunctionDef] = {}
         self.functions: dict[str, ast.FunctionDef] = {}
         self.uses_dot = False
+        self.ordered_atomics: set[str] = set()
         self.bound = _bound_names(tree)
 
     # -- imports -----------------------------------------------------------------------------------
@@ -399,11 +408,15 @@ class _Checker:
                     self._check_path(node, canon, host=not in_kernel)
                     if in_kernel and canon[-1] in ("dot", "dot_scaled"):
                         self.uses_dot = True
+                    if in_kernel and canon[-1] in ORDER_DEPENDENT_ATOMICS:
+                        self.ordered_atomics.add(canon[-1])
                     return  # the whole chain is checked; don't re-check its inner parts
             self._visit(node.value, in_kernel)  # what the attribute is read on is checked first
             self._check_value_attr(node, in_kernel)
             if in_kernel and node.attr in ("dot", "dot_scaled"):
                 self.uses_dot = True
+            if in_kernel and node.attr in ORDER_DEPENDENT_ATOMICS:  # ptr.atomic_add(...) on a tensor
+                self.ordered_atomics.add(node.attr)
             return
         if isinstance(node, ast.Call):
             parts = _dotted(node.func)
@@ -510,7 +523,8 @@ class _Checker:
                    if not (isinstance(node, ast.FunctionDef) and node.name in self.kernels)
                    for n in ast.walk(node) if isinstance(n, ast.Name)}
         return StaticReport(ok=True, kernels=sorted(self.kernels), uses_dot=self.uses_dot, launches=launches,
-                            host_kernels=sorted(set(self.kernels) & in_host))
+                            host_kernels=sorted(set(self.kernels) & in_host),
+                            ordered_atomics=sorted(self.ordered_atomics))
 
 
 def check_source(source: str) -> StaticReport:

@@ -70,3 +70,27 @@ def test_search_explains_rules_and_their_absence(built: Any) -> None:
     assert any(line.startswith("profitable: causal [") and "out of sample" in line for line in causal.passed)
     no_rule = [h for h in hits if h.skill.profitability]
     assert no_rule and all(any("no rule" in line for line in h.unknown) for h in no_rule)
+
+
+@pytest.mark.real("embedder")
+def test_a_text_alone_finds_the_skills_it_asks_for(built: Any) -> None:
+    """Text search over the committed skills: the words of the request, not the measured gain, decide what
+    comes first; a family the text names ("matrix multiply") puts the skills learned on it ahead; a request
+    no skill concerns returns nothing. (Reciprocal-rank fusion alone ranked "faster matmul" by softmax skills.)"""
+    from klineage.kb.search import text_families
+
+    kb, _ = built
+    assert text_families("faster matmul") == {"gemm"} and text_families("bake a cake") == set()
+    skills = {s.operator: s for s in kb.skills(first=100).items}
+    assert skills["tile-size"].families == ("gemm",) and "matmul" in skills["tile-size"].embedding_text()
+
+    def top(text: str, n: int) -> list[str]:
+        return [h.skill.operator for h in kb.search(text=text, limit=10)][:n]
+
+    assert top("larger tiles for matrix multiply", 1) == ["tile-size"]
+    assert top("too many masks in the inner loop", 1) == ["mask-elision"]
+    assert top("attention for long sequences", 1) == ["causal-skip"]
+    assert set(top("what makes softmax fast", 2)) == {"exp2", "online-softmax"}
+    gemm = top("larger tiles for matrix multiply", 4)
+    assert all("gemm" in skills[op].families for op in gemm), gemm
+    assert top("bake a chocolate cake", 10) == [] and top("int8 dequantize", 10) == []

@@ -69,7 +69,13 @@ def test_skills_from_two_lineages_merge(kb: KnowledgeBase) -> None:
     assert merged.effect.n == len(expected) == 6
     assert merged.effect.median == pytest.approx(statistics.median(expected))
     assert (merged.effect.min, merged.effect.max) == pytest.approx((min(expected), max(expected)))
-    assert merged.embedding == alone.embedding and merged.name == alone.name  # text and vector kept
+    assert merged.name == alone.name and merged.intent == alone.intent  # the text stays as first stored
+    # ... and learns where the skill was measured: the embedded text names both workloads, embedded again
+    assert (alone.workloads, merged.workloads) == (("gemm",), ("gemm", "softmax"))
+    assert "gemm, softmax kernels" in merged.embedding_text() and merged.embedding != alone.embedding
+    assert merged.embedding == tuple(float(x) for x in kb.embedder.embed([merged.embedding_text()])[0])
+    again = kb.ingest(load_doc(SOFTMAX_FIXTURE))  # nothing new: the vector is kept, not computed again
+    assert warps_id in again.merged and kb.skill(warps_id).embedding == merged.embedding
     assert merged.architectures == ("sm_90",)
     conditions = kb.conditions([warps_id], "valid")[warps_id]
     assert [c.expr for c in conditions] == ["cols <= 65536"]
