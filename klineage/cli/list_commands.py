@@ -56,17 +56,11 @@ def skills(operator: Annotated[str | None, typer.Option(help="Only the skill of 
              "support_steps": s.support_steps, "support_lineages": s.support_lineages,
              "architectures": list(s.architectures), "learned_on": list(s.workloads), "families": list(s.families),
              "sample": s.sample} for s in items]
-    for row in rows:
-        row["effect"] = "—" if row["median"] is None else f"{row['median']:.2f}× (n={row['shapes']})"
-        row["support"] = f"{row['support_steps']} steps / {row['support_lineages']} lineages"
-    if as_json:
+    if not as_json:  # the table's columns only
         for row in rows:
-            del row["effect"], row["support"]
-    for row in rows:
-        row["learned"] = ", ".join(row["learned_on"])
-    if as_json:
-        for row in rows:
-            del row["learned"]
+            row["effect"] = "—" if row["median"] is None else f"{row['median']:.2f}× (n={row['shapes']})"
+            row["support"] = f"{row['support_steps']} steps / {row['support_lineages']} lineages"
+            row["learned"] = ", ".join(row["learned_on"])
     _emit(rows, [("operator", "operator"), ("name", "name"), ("effect", "median effect"), ("support", "support"),
                  ("learned", "learned on"), ("sample", "sample")], "Skills", as_json, _EMPTY_KB)
 

@@ -534,6 +534,20 @@ def anchor_ranking(catalog: SkillCatalog, anchor_codes: np.ndarray, k: int) -> l
     return [catalog.ids[i] for i in keep[order][:k]]
 
 
+#: Relevance to a text below which a skill is not returned for it (a tenth of the best match's).
+MIN_TEXT_RELEVANCE = 0.1
+#: Words that name a kernel family in a search text (the families of the workloads lineages are walked on).
+FAMILY_TERMS: dict[str, frozenset[str]] = {
+    "gemm": frozenset(["gemm", "gemms", "matmul", "matmuls", "matrix", "multiply", "multiplication", "linear",
+                       "dot", "mm", "bmm"]),
+    "attention": frozenset(["attention", "flash", "qk", "sdpa", "transformer"]),
+    "row-reduction": frozenset(["softmax", "layernorm", "rmsnorm", "norm", "normalization", "entropy",
+                                "logsoftmax", "row", "rows"]),
+    "reduction": frozenset(["reduction", "reduce", "sum", "mean", "column", "columns", "argmax", "max"]),
+    "elementwise": frozenset(["elementwise", "activation", "gelu", "silu", "relu", "pointwise"]),
+}
+
+
 def text_relevance(catalog: SkillCatalog, similarity: Mapping[str, float], fulltext: Sequence[str],
                    text: str) -> np.ndarray:
     """Relevance in (0, 1] of each catalog skill to a search text alone (0: not retrieved), sharp enough that
@@ -561,20 +575,6 @@ def text_relevance(catalog: SkillCatalog, similarity: Mapping[str, float], fullt
         out[~learned] *= 0.5
     out[out < MIN_TEXT_RELEVANCE] = 0.0
     return out
-
-
-#: Relevance to a text below which a skill is not returned for it (a tenth of the best match's).
-MIN_TEXT_RELEVANCE = 0.1
-#: Words that name a kernel family in a search text (the families of the workloads lineages are walked on).
-FAMILY_TERMS: dict[str, frozenset[str]] = {
-    "gemm": frozenset(["gemm", "gemms", "matmul", "matmuls", "matrix", "multiply", "multiplication", "linear",
-                       "dot", "mm", "bmm"]),
-    "attention": frozenset(["attention", "flash", "qk", "sdpa", "transformer"]),
-    "row-reduction": frozenset(["softmax", "layernorm", "rmsnorm", "norm", "normalization", "entropy",
-                                "logsoftmax", "row", "rows"]),
-    "reduction": frozenset(["reduction", "reduce", "sum", "mean", "column", "columns", "argmax", "max"]),
-    "elementwise": frozenset(["elementwise", "activation", "gelu", "silu", "relu", "pointwise"]),
-}
 
 
 def text_families(text: str) -> set[str]:

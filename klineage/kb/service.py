@@ -235,16 +235,18 @@ class KnowledgeBase:
         speedups = [x["speedup"] for step in sorted(steps, key=lambda s: s.id) for x in step.speedups()]
         lineages = {s.lineage_id for s in steps}
         base = old if old is not None else new
-        archs = sorted({*(old.architectures if old else ()), *new.architectures})
+
+        def union(name: str) -> tuple[str, ...]:  # the values of both records, as a sorted tuple
+            return tuple(sorted({*(getattr(old, name) if old else ()), *getattr(new, name)}))
+
         if steps:
             sample = all(s.sample for s in steps)
         else:
             sample = new.sample and (old is None or old.sample)
         return replace(
             base, effect=Effect.of(speedups), support_steps=len(steps), support_lineages=len(lineages),
-            architectures=tuple(archs), sample=sample,
-            workloads=tuple(sorted({*(old.workloads if old else ()), *new.workloads})),
-            families=tuple(sorted({*(old.families if old else ()), *new.families})),
+            architectures=union("architectures"), workloads=union("workloads"), families=union("families"),
+            sample=sample,
             profitability=new.profitability,  # the latest induction's verdict (re-induced from all evidence)
         )
 

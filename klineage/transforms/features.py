@@ -293,9 +293,6 @@ def kernel_summary(source: str) -> str:
     return " ".join(parts)
 
 
-__all__ = ["KERNEL_FEATURES", "kernel_features", "kernel_summary", "pid_derived"]
-
-
 def changed_kernels(before: str, after: str) -> tuple[str, ...]:
     """The ``@triton.jit`` kernels of ``after`` that ``before`` lacks or writes differently (decorators
     included: a new autotune config list changes its kernel), by name in source order; every kernel of
@@ -309,3 +306,6 @@ def changed_kernels(before: str, after: str) -> tuple[str, ...]:
         return tuple(k.name for k in new.kernels)
     was = {k.name: ast.dump(k.node) for k in old.kernels}
     return tuple(k.name for k in new.kernels if was.get(k.name) != ast.dump(k.node))
+
+
+__all__ = ["KERNEL_FEATURES", "changed_kernels", "kernel_features", "kernel_summary", "pid_derived"]

@@ -22,6 +22,7 @@ ones are listed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import re
 import sys
@@ -51,10 +52,18 @@ def gpu_name(arch: int, on_device: bool) -> str:
     """The GPU a variant of ``arch`` was judged for: the card in this machine when compiled on it (an H100 is
     not reported as an H200), otherwise the GPU :data:`SHARED_LIMITS` means by the architecture."""
     if on_device and torch.cuda.is_available():
-        name = torch.cuda.get_device_name()
-        short = re.search(r"\b([A-Z]{1,2}\d{2,3})\b", name)
-        return short.group(1) if short else name
+        return _this_card()
     return SHARED_LIMITS.get(arch, (f"sm_{arch}",))[0]
+
+
+@functools.cache
+def _this_card() -> str:
+    """This process's GPU by its short name ("H100" of "NVIDIA H100 80GB HBM3"), asked once per process."""
+    name = torch.cuda.get_device_name()
+    short = re.search(r"\b([A-Z]{1,2}\d{2,3})\b", name)
+    return short.group(1) if short else name
+
+
 _OPTION_KEYS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 _REGS = re.compile(r"Used (\d+) registers")
 _SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")

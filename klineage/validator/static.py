@@ -254,6 +254,13 @@ class _Checker:
         self.ordered_atomics: set[str] = set()
         self.bound = _bound_names(tree)
 
+    def _note_kernel_use(self, name: str) -> None:
+        """Record the facts of the report that a name a kernel uses (``tl.X`` or a method) gives."""
+        if name in ("dot", "dot_scaled"):
+            self.uses_dot = True
+        if name in ORDER_DEPENDENT_ATOMICS:
+            self.ordered_atomics.add(name)
+
     # -- imports -----------------------------------------------------------------------------------
     def _imports(self) -> None:
         for node in ast.walk(self.tree):
@@ -406,17 +413,13 @@ class _Checker:
                 canon = self._canonical(parts)
                 if canon is not None:
                     self._check_path(node, canon, host=not in_kernel)
-                    if in_kernel and canon[-1] in ("dot", "dot_scaled"):
-                        self.uses_dot = True
-                    if in_kernel and canon[-1] in ORDER_DEPENDENT_ATOMICS:
-                        self.ordered_atomics.add(canon[-1])
+                    if in_kernel:
+                        self._note_kernel_use(canon[-1])
                     return  # the whole chain is checked; don't re-check its inner parts
             self._visit(node.value, in_kernel)  # what the attribute is read on is checked first
             self._check_value_attr(node, in_kernel)
-            if in_kernel and node.attr in ("dot", "dot_scaled"):
-                self.uses_dot = True
-            if in_kernel and node.attr in ORDER_DEPENDENT_ATOMICS:  # ptr.atomic_add(...) on a tensor
-                self.ordered_atomics.add(node.attr)
+            if in_kernel:  # a method on a kernel value: ptr.atomic_add(...), a.dot(b)
+                self._note_kernel_use(node.attr)
             return
         if isinstance(node, ast.Call):
             parts = _dotted(node.func)
