@@ -367,16 +367,18 @@ def _plots(latest: dict[tuple[str, str], dict[str, Any]], names: list[str], meth
     # a log scale: 0.5x and 2x are as far from the vendor's line (1x), and 20 instances still fit a page's width
     fig, ax = plt.subplots(figsize=(min(16, max(8, 0.22 * len(names) * len(methods) + 2)), 5))
     width = 0.8 / max(1, len(methods))
+    budgets = {m: sorted({int(r["budget"]) for (_, mm), r in latest.items() if mm == m}) for m in methods}
     for j, m in enumerate(methods):
         values = [(final(latest[(n, m)]) if (n, m) in latest else None) or float("nan") for n in names]
+        label = f"{m} (budget {'/'.join(map(str, budgets[m]))})"
         # bars start at the vendor's 1x: slower than the vendor points down
-        ax.bar([i + j * width for i in range(len(names))], [v - 1.0 for v in values], width, bottom=1.0, label=m)
+        ax.bar([i + j * width for i in range(len(names))], [v - 1.0 for v in values], width, bottom=1.0, label=label)
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
     ax.set_xticks([i + width * (len(methods) - 1) / 2 for i in range(len(names))], names, rotation=60, ha="right")
     ax.set_ylabel("speedup over vendor (best kernel, log scale)")
-    ax.set_title(f"Agent on held-out kernels ({card.upper()}, same budget, same gates)")
+    ax.set_title(f"Agent on held-out kernels ({card.upper()}, same gates; validator calls per method in the legend)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(by_instance, dpi=120)

@@ -21,19 +21,20 @@ import httpx
 
 from klineage.schema.errors import KLineageError
 from klineage.schema.gate_result import GateResult
-from klineage.schema.records import Anchor, Condition, Effect, Evidence, Risk
+from klineage.schema.records import Anchor, Condition, Effect, Evidence, Risk, Together
 
 DEFAULT_TIMEOUT_S = 60.0
 
 _SKILL_FIELDS = """id name intent operator anchor { predicate description } carrier transform
   effect { min median max n } support supportLineages architectures workloads families sample profitability
-  applied verified paid fieldEffect { min median max n } usage admitted admission"""
+  applied verified paid fieldEffect { min median max n } usage admitted admission
+  together { workload steps operators gain kind kernelKind }"""
 _EVIDENCE_FIELDS = "lineageId stepId workload gpu speedups sample"
 _CONDITION_FIELDS = "expr kind source description accuracy support oosAccuracy majority"
 
 SEARCH_QUERY = f"""query($text: String, $context: JSON, $kernelSource: String, $limit: Int!) {{
   searchSkills(text: $text, context: $context, kernelSource: $kernelSource, limit: $limit) {{
-    score applicable skill {{ {_SKILL_FIELDS} }}
+    score applicable skill {{ {_SKILL_FIELDS} }} together {{ workload steps operators gain kind kernelKind }}
     explanation {{ passed failed unknown usage why missingFeatures evidence {{ {_EVIDENCE_FIELDS} }} }} }} }}"""
 SKILL_QUERY = f"""query($id: ID!) {{ skill(id: $id) {{ {_SKILL_FIELDS}
   validWhen {{ {_CONDITION_FIELDS} }} profitableWhen {{ {_CONDITION_FIELDS} }}
@@ -80,6 +81,7 @@ class Skill:
     usage: str
     admitted: bool
     admission: str
+    together: tuple[Together, ...] = ()
     valid_when: tuple[Condition, ...] = ()
     profitable_when: tuple[Condition, ...] = ()
     risks: tuple[Risk, ...] = ()
@@ -101,6 +103,7 @@ class SkillHit:
     usage: str
     why: str = ""
     missing_features: tuple[str, ...] = ()
+    together: Together | None = None
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,7 @@ def _skill(data: Mapping[str, Any]) -> Skill:
         profitability=data["profitability"], applied=int(data["applied"]), verified=int(data["verified"]),
         paid=int(data["paid"]), field_effect=_effect(data.get("fieldEffect")), usage=data["usage"],
         admitted=bool(data["admitted"]), admission=str(data["admission"]),
+        together=tuple(_together(t) for t in data.get("together") or ()),
         valid_when=tuple(_condition(c) for c in data.get("validWhen") or ()),
         profitable_when=tuple(_condition(c) for c in data.get("profitableWhen") or ()),
         risks=tuple(Risk(r["kind"], r["description"], r["evidence"]) for r in data.get("risks") or ()),
@@ -185,7 +189,12 @@ def _hit(data: Mapping[str, Any]) -> SkillHit:
     return SkillHit(skill=_skill(data["skill"]), score=float(data["score"]), applicable=data["applicable"],
                     passed=tuple(ex["passed"]), failed=tuple(ex["failed"]), unknown=tuple(ex["unknown"]),
                     evidence=tuple(_evidence(e) for e in ex["evidence"]), usage=ex["usage"],
-                    why=ex.get("why", ""), missing_features=tuple(ex.get("missingFeatures") or ()))
+                    why=ex.get("why", ""), missing_features=tuple(ex.get("missingFeatures") or ()),
+                    together=_together(data["together"]) if data.get("together") else None)
+
+
+def _together(data: Mapping[str, Any]) -> Together:
+    return Together.from_dict({**data, "kernel_kind": data.get("kernelKind") or ()})
 
 
 def _lineage(data: Mapping[str, Any]) -> Lineage:

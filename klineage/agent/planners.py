@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -51,6 +51,8 @@ from klineage.kb.profitability import predict_profit
 from klineage.kb.search import NOT_APPLICABLE, SkillHit
 from klineage.kb.service import KnowledgeBase
 from klineage.schema import pyast
+from klineage.schema.kernel_features import kind_agreement
+from klineage.schema.records import LAUNCH_CONFIGURATION_SET, NOISE_MARGIN, Together, pays_only_with_next
 from klineage.transforms.facts import APPLICABLE, PRESENT, KernelFacts, kernel_facts
 from klineage.transforms.features import kernel_features
 from klineage.transforms.registry import LAUNCH_CONFIGURATION, get_operator, operator_ids
@@ -64,9 +66,7 @@ from klineage.transforms.roles import META_PARAMS
 CONFIG_VALUES = frozenset(LAUNCH_CONFIGURATION) - {"autotune", "register-cap"}
 #: The origin of the operators the klineage planner adds, as *none* would try them, after all it proposes.
 AFTER_THE_PLAN = "fixed order, after the plan"
-#: Static features that say what kind of kernel it is (compared to find the nearest lineage).
-SHAPE_OF_KERNEL = ("has_dot", "has_k_loop", "row_reduction", "online_softmax", "elementwise", "causal_skip",
-                   "uses_mask", "single_pass_row", "multi_row")
+
 
 
 class Planner(Protocol):
@@ -128,14 +128,6 @@ def search_hits(kb: KnowledgeBase, state: AgentState, facts: KernelFacts) -> lis
                      kernel_features=facts.features, operator_anchors=facts.operator_anchors, limit=100)
 
 
-def kernel_similarity(a: dict[str, Any], b: dict[str, Any]) -> float:
-    """Fraction of the kernel-kind features (``SHAPE_OF_KERNEL``) on which two kernels agree."""
-    keys = [k for k in SHAPE_OF_KERNEL if k in a or k in b]
-    if not keys:
-        return 0.0
-    return sum(bool(a.get(k)) == bool(b.get(k)) for k in keys) / len(keys)
-
-
 @lru_cache(maxsize=256)
 def _features(source: str) -> dict[str, Any]:
     """``kernel_features`` of a source, computed once: every re-plan compares the same lineage ends."""
@@ -151,13 +143,9 @@ def nearest_lineages(problem: Problem, source: str, lineages: Sequence[LineageSu
     def score(lin: LineageSummary) -> tuple[float, float, str]:
         family = 1.0 if lin.family == problem.family else 0.0
         theirs = _features(lin.naive_source) if lin.naive_source else {}
-        return (family + kernel_similarity(mine, theirs), len(lin.forward()), lin.workload)
+        return (family + kind_agreement(mine, theirs), len(lin.forward()), lin.workload)
 
     return sorted(lineages, key=score, reverse=True)
-
-
-#: A loss and a gain count only beyond this (3 %: the lineages' timing noise is about 1 %).
-NOISE_MARGIN = 0.03
 
 
 def expects_no_gain(gain: float | None) -> bool:
@@ -170,8 +158,8 @@ def expects_no_gain(gain: float | None) -> bool:
 
 def paying_pair(lineage: LineageSummary, pair: Sequence[tuple[LineageStep, Move]]) -> Move | None:
     """A step that lost alone in the lineage (by more than ``NOISE_MARGIN``), together with the step the
-    expert took right after it, as one move, when the two gained together (product of their measured gains
-    above 1 + ``NOISE_MARGIN``); None otherwise.
+    expert took right after it, as one move, when the two gained together (``pays_only_with_next``, the rule
+    that gives the knowledge base's ``Together`` pairs); None otherwise.
 
     The lineage measured the second step only with the first in place (the walk removes optimizations one
     at a time), so its gain is evidence for the pair, not for the second alone: gemm's grouped tile order
@@ -181,7 +169,7 @@ def paying_pair(lineage: LineageSummary, pair: Sequence[tuple[LineageStep, Move]
     (first, first_move), (second, second_move) = pair
     if second.index != first.index - 1 or not first.gain or not second.gain:
         return None  # only the next step of the walk was measured with the first in place
-    if first.gain > 1.0 - NOISE_MARGIN or first.gain * second.gain < 1.0 + NOISE_MARGIN:
+    if not pays_only_with_next(first.gain, second.gain):
         return None
     gain = first.gain * second.gain
     return composite(f"{first.operator} + {second.operator}", [*first_move.steps, *second_move.steps],
@@ -299,11 +287,11 @@ class LineagePlanner:
         for lineage in ranked[:2]:
             forward = lineage.forward()
             config_steps = [s for s in forward if s.operator in LAUNCH_CONFIGURATION]
-            config = self._config_move(lineage, config_steps, facts, hits, state.problem)
+            config = config_set_move(lineage, config_steps, facts, hits, state.problem)
             if config is not None:
                 config = with_own_tiles(state.source, config)
                 moves.append(config)
-            candidates = [(step, self._step_move(lineage, step, facts, hits, state.source)) for step in forward
+            candidates = [(step, step_move(lineage, step, facts, hits, state.source)) for step in forward
                           if not (step.operator in LAUNCH_CONFIGURATION and config is not None)]
             singles = [(step, move) for step, move in candidates if move is not None]
             for i, (step, move) in enumerate(singles):
@@ -316,8 +304,9 @@ class LineagePlanner:
         for op, hit in sorted(hits.items(), key=lambda kv: -kv[1].score):
             if op in in_lineage or hit.applicable == NOT_APPLICABLE or facts.state(op) != APPLICABLE:
                 continue
-            move = single(op, origin="search", expected_gain=hit.expected_gain,
-                          why=f"applicable skill outside the nearest lineage (score {hit.score:.3f})")
+            move = (together_move(hit.together, self.lineages(), state, facts, hits) if hit.together else None) or \
+                single(op, origin="search", expected_gain=hit.expected_gain,
+                       why=f"applicable skill outside the nearest lineage (score {hit.score:.3f})")
             (demoted if expects_no_gain(hit.expected_gain) or self._unprofitable(hit, contexts) else moves).append(move)
         demoted.sort(key=lambda m: -(m.expected_gain or 0.0))
         tuned = facts.state("autotune") == PRESENT
@@ -336,7 +325,7 @@ class LineagePlanner:
         # an operator whose skill's VALID_WHEN fails here
         offered = {op for m in planned for op in m.operators}
         rest = [single(op, origin=AFTER_THE_PLAN, why="the knowledge base proposes nothing more")
-                for op in operator_ids() if op not in offered and self._blocked(op, facts, hits) is None
+                for op in operator_ids() if op not in offered and blocked(op, facts, hits) is None
                 and apply_step(state.source, MoveStep(op, {})) is not None]
         planned = [*planned, *([retune] if retune else []), *rest]
         if tuned:  # its tiles, warps and stages are its config list's now: only a re-tune changes them
@@ -376,59 +365,85 @@ class LineagePlanner:
         prediction = predict_profit(hit.skill, votes)
         return prediction.source in ("trials", "rule") and prediction.pays is False
 
-    @staticmethod
-    def _blocked(op: str, facts: KernelFacts, hits: dict[str, SkillHit]) -> str | None:
-        """Why ``op`` cannot be proposed on this kernel (None when it can)."""
-        if facts.state(op) == PRESENT:
-            return "already present"
-        hit = hits.get(op)
-        if hit is not None and any(c.kind == "valid" and c.value is False for c in hit.checks):
-            return "VALID_WHEN fails"
+
+def blocked(op: str, facts: KernelFacts, hits: dict[str, SkillHit]) -> str | None:
+    """Why ``op`` cannot be proposed on this kernel (None when it can)."""
+    if facts.state(op) == PRESENT:
+        return "already present"
+    hit = hits.get(op)
+    if hit is not None and any(c.kind == "valid" and c.value is False for c in hit.checks):
+        return "VALID_WHEN fails"
+    return None
+
+
+def step_move(lineage: LineageSummary, step: LineageStep, facts: KernelFacts, hits: dict[str, SkillHit],
+              source: str) -> Move | None:
+    """The lineage step as a move on ``source``: with the expert's portable values, or the operator's
+    defaults where those values do not fit this kernel (as the memory baseline does); None when the
+    operator cannot be applied at all."""
+    if blocked(step.operator, facts, hits) is not None:
         return None
+    use, fits = fitting_step(source, step.operator, step_parameters(step))
+    if not use.params and facts.state(step.operator) != APPLICABLE:
+        return None
+    gain = step.gain
+    why = f"{lineage.workload}'s expert gained {gain:.2f}x from it" if gain else "lineage step"
+    return single(step.operator, use.params, origin=f"lineage {lineage.workload} step {step.index}",
+                  expected_gain=gain, why=why if fits else f"{why}; its values do not fit here: the defaults")
 
-    def _step_move(self, lineage: LineageSummary, step: LineageStep, facts: KernelFacts,
-                   hits: dict[str, SkillHit], source: str) -> Move | None:
-        """The lineage step as a move on ``source``: with the expert's portable values, or the operator's
-        defaults where those values do not fit this kernel (as the memory baseline does); None when the
-        operator cannot be applied at all."""
-        if self._blocked(step.operator, facts, hits) is not None:
-            return None
-        use, fits = fitting_step(source, step.operator, step_parameters(step))
-        if not use.params and facts.state(step.operator) != APPLICABLE:
-            return None
-        gain = step.gain
-        why = f"{lineage.workload}'s expert gained {gain:.2f}x from it" if gain else "lineage step"
-        return single(step.operator, use.params, origin=f"lineage {lineage.workload} step {step.index}",
-                      expected_gain=gain, why=why if fits else f"{why}; its values do not fit here: the defaults")
 
-    def _config_move(self, lineage: LineageSummary, steps: list[LineageStep], facts: KernelFacts,
-                     hits: dict[str, SkillHit], problem: Problem) -> Move | None:
-        """The lineage's launch-configuration steps as one move: the expert's autotune config set in role
-        terms when it has one (one call tries them all; with each config's tiles also clipped to the
-        kernel's grid, ``fit_to_grid``), else its tiles / warps / stages together."""
-        usable = [s for s in steps if self._blocked(s.operator, facts, hits) is None]
-        if not usable:
-            return None
-        autotune = next((s for s in usable if s.operator == "autotune"), None)
-        gain = math.prod(s.gain for s in usable if s.gain) if any(s.gain for s in usable) else None
-        origin = f"lineage {lineage.workload} steps " + ",".join(str(s.index) for s in usable)
-        if autotune is not None:
-            params = step_parameters(autotune)
-            if params.get("configs"):
-                try:
-                    roles = manifest_roles(problem.manifest)
-                except FeatureError:  # dims without roles: the expert's configs as they are
-                    roles = {}
-                params = {**params, "configs": fit_to_grid(params["configs"], problem.manifest.shapes, roles)}
-                return composite("launch config set", [MoveStep("autotune", params)], origin=origin,
-                                 expected_gain=gain,
-                                 why=f"{lineage.workload}'s expert configurations ({len(params['configs'])}) "
-                                     "as one autotune set: tiles, warps and stages were measured together")
-        parts = [MoveStep(s.operator, step_parameters(s)) for s in usable if s.operator != "autotune"]
-        if len(parts) < 2:
-            return None
-        return composite("launch config", parts, origin=origin, expected_gain=gain,
-                         why="tiles, warps and stages together: each alone was measured only with the others")
+def config_set_move(lineage: LineageSummary, steps: list[LineageStep], facts: KernelFacts,
+                    hits: dict[str, SkillHit], problem: Problem) -> Move | None:
+    """The lineage's launch-configuration steps as one move: the expert's autotune config set in role
+    terms when it has one (one call tries them all; with each config's tiles also clipped to the
+    kernel's grid, ``fit_to_grid``), else its tiles / warps / stages together."""
+    usable = [s for s in steps if blocked(s.operator, facts, hits) is None]
+    if not usable:
+        return None
+    autotune = next((s for s in usable if s.operator == "autotune"), None)
+    gain = math.prod(s.gain for s in usable if s.gain) if any(s.gain for s in usable) else None
+    origin = f"lineage {lineage.workload} steps " + ",".join(str(s.index) for s in usable)
+    if autotune is not None:
+        params = step_parameters(autotune)
+        if params.get("configs"):
+            try:
+                roles = manifest_roles(problem.manifest)
+            except FeatureError:  # dims without roles: the expert's configs as they are
+                roles = {}
+            params = {**params, "configs": fit_to_grid(params["configs"], problem.manifest.shapes, roles)}
+            return composite("launch config set", [MoveStep("autotune", params)], origin=origin,
+                             expected_gain=gain,
+                             why=f"{lineage.workload}'s expert configurations ({len(params['configs'])}) "
+                                 "as one autotune set: tiles, warps and stages were measured together")
+    parts = [MoveStep(s.operator, step_parameters(s)) for s in usable if s.operator != "autotune"]
+    if len(parts) < 2:
+        return None
+    return composite("launch config", parts, origin=origin, expected_gain=gain,
+                     why="tiles, warps and stages together: each alone was measured only with the others")
+
+
+def together_move(together: Together, lineages: Sequence[LineageSummary], state: AgentState, facts: KernelFacts,
+                  hits: dict[str, SkillHit]) -> Move | None:
+    """A move of several operators the knowledge base offers (a search hit's ``together``) as one move on the
+    kernel, with the lineage's portable values: a launch-configuration set as ``config_set_move`` makes it (its
+    tiles crossed with the kernel's own where the expert's set none, ``with_own_tiles``), a pair as the two
+    lineage steps. None when its lineage is not in the knowledge base or a step cannot be applied here."""
+    lineage = next((lin for lin in lineages if lin.workload == together.workload), None)
+    if lineage is None:
+        return None
+    by_index = {s.index: s for s in lineage.forward()}
+    steps = sorted((by_index[i] for i in together.steps if i in by_index), key=lambda s: -s.index)
+    if len(steps) != len(together.steps):
+        return None
+    if together.kind == LAUNCH_CONFIGURATION_SET:
+        config = config_set_move(lineage, steps, facts, hits, state.problem)
+        return with_own_tiles(state.source, config) if config is not None else None
+    moves = [step_move(lineage, s, facts, hits, state.source) for s in steps]
+    if any(m is None for m in moves):
+        return None
+    return composite(" + ".join(together.operators), [st for m in moves if m is not None for st in m.steps],
+                     origin=f"lineage {together.workload} steps " + ",".join(str(s.index) for s in steps),
+                     expected_gain=together.gain, why=together.describe())
 
 
 # -------------------------------------------------------------------------------------------- memory
@@ -487,21 +502,34 @@ class MemoryPlanner:
 class GreedyPlanner:
     """The first round's loop, kept as the yardstick of the transfer work: the knowledge base's skills in
     search rank order, those the kernel can take (APPLICABLE by its facts, VALID_WHEN not failing), each
-    with ``apply``'s defaults; no lineage, no parameters, no profitability demotion."""
+    with ``apply``'s defaults; no lineage order, no profitability demotion. What the search itself offers is
+    taken: a hit whose expected gain is that of a move together with other operators (``SkillHit.together``:
+    the expert's launch configuration as one config set, a pair) is tried as that move, with the lineage's
+    portable values (``together_move``)."""
 
     kb: KnowledgeBase
     name: str = "greedy"
+    _lineages: list[LineageSummary] | None = None
 
     def plan(self, state: AgentState) -> list[Move]:
         """Applicable skills by search score."""
         facts = kernel_facts(state.source)
+        found = search_hits(self.kb, state, facts)
+        hits = {h.skill.operator: h for h in found}
         moves = []
-        for rank, hit in enumerate(search_hits(self.kb, state, facts), start=1):
+        for rank, hit in enumerate(found, start=1):
             op = hit.skill.operator
             if hit.applicable == NOT_APPLICABLE or facts.state(op) != APPLICABLE:
                 continue
             if any(c.kind == "valid" and c.value is False for c in hit.checks):
                 continue
+            if hit.together is not None:
+                if self._lineages is None:
+                    self._lineages = load_lineages(self.kb)
+                move = together_move(hit.together, self._lineages, state, facts, hits)
+                if move is not None:
+                    moves.append(replace(move, origin=f"search rank {rank}: {move.origin}"))
+                    continue
             moves.append(single(op, origin=f"search rank {rank}", expected_gain=hit.expected_gain,
                                 why=f"score {hit.score:.3f}"))
         return _filter(state, [*_compile_retries(state), *moves])

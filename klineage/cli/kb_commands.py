@@ -174,6 +174,7 @@ def hit_to_json(hit: Any) -> dict[str, Any]:
         },
         "why": hit.why,  # the score explained, and the features undecided conditions need
         "missingFeatures": list(hit.missing_features),
+        "together": hit.together.view() if hit.together is not None else None,
     }
 
 

@@ -55,14 +55,16 @@ def skills(operator: Annotated[str | None, typer.Option(help="Only the skill of 
              "median": s.effect.median, "min": s.effect.min, "max": s.effect.max, "shapes": s.effect.n,
              "support_steps": s.support_steps, "support_lineages": s.support_lineages,
              "architectures": list(s.architectures), "learned_on": list(s.workloads), "families": list(s.families),
-             "sample": s.sample} for s in items]
+             "sample": s.sample, "together": [t.view() for t in s.together]} for s in items]
     if not as_json:  # the table's columns only
         for row in rows:
             row["effect"] = "—" if row["median"] is None else f"{row['median']:.2f}× (n={row['shapes']})"
             row["support"] = f"{row['support_steps']} steps / {row['support_lineages']} lineages"
             row["learned"] = ", ".join(row["learned_on"])
+            row["with"] = "; ".join(f"{t['workload']} {t['gain']:.2f}×" for t in row["together"]) or "—"
     _emit(rows, [("operator", "operator"), ("name", "name"), ("effect", "median effect"), ("support", "support"),
-                 ("learned", "learned on"), ("sample", "sample")], "Skills", as_json, _EMPTY_KB)
+                 ("learned", "learned on"), ("with", "pays as one move in"), ("sample", "sample")], "Skills", as_json,
+          _EMPTY_KB)
 
 
 def lineages(workload: Annotated[str | None, typer.Option(help="Only the lineages of this workload.")] = None,

@@ -34,6 +34,7 @@ from klineage.graphql.types import (
     SkillHit,
     SkillPage,
     Step,
+    Together,
     Workload,
 )
 from klineage.ingest.pipeline import ingest_lineages
@@ -92,6 +93,7 @@ def hit_to_graphql(hit: Any) -> SkillHit:
         explanation=Explanation(passed=list(hit.passed), failed=list(hit.failed), unknown=list(hit.unknown),
                                 evidence=[Evidence.of(e) for e in hit.evidence], usage=hit.skill.usage(),
                                 why=hit.why, missing_features=list(hit.missing_features)),
+        together=Together.of(hit.together) if hit.together is not None else None,
     )
 
 

@@ -81,6 +81,23 @@ class Evidence:
                         sample=e.sample)
 
 
+@strawberry.type(description="Operators a lineage measured paying as one move, and the evidence.")
+class Together:
+    workload: str = strawberry.field(description="The lineage's workload.")
+    steps: list[int] = strawberry.field(description="Its step indexes (walk order, expert to naive).")
+    operators: list[str] = strawberry.field(description="The move's operators, the one that carries it first.")
+    gain: float = strawberry.field(description="The product of the steps' measured gains.")
+    kind: str = strawberry.field(description="'launch-configuration' (tiles, warps and stages as the expert's "
+                                 "autotune config set) or 'pair' (a step that lost alone and paid with the next).")
+    kernel_kind: list[str] = strawberry.field(description="Kernel-kind features true of the lineage's naive kernel.")
+    description: str = strawberry.field(description="The move, its gain and where it was measured, in words.")
+
+    @staticmethod
+    def of(t: records.Together) -> Together:
+        return Together(workload=t.workload, steps=list(t.steps), operators=list(t.operators), gain=t.gain,
+                        kind=t.kind, kernel_kind=list(t.kernel_kind), description=t.describe())
+
+
 @strawberry.type(description="A verified optimization: what to change, where, when it pays, what it did.")
 class Skill:
     id: strawberry.ID
@@ -111,6 +128,8 @@ class Skill:
     admitted: bool = strawberry.field(default=False, description="True once a verified trial on new code "
                                       "reproduced the direction of its lineage evidence (else a hypothesis).")
     admission: str = strawberry.field(default="", description="Admitted or hypothesis, and why.")
+    together: list[Together] = strawberry.field(
+        default_factory=list, description="Moves the lineages measured it paying in only with other operators.")
 
     @staticmethod
     def of(s: records.Skill) -> Skill:
@@ -121,7 +140,8 @@ class Skill:
                      architectures=list(s.architectures), workloads=list(s.workloads), families=list(s.families),
                      sample=s.sample, profitability=s.profitability,
                      applied=s.applied, verified=s.verified, paid=s.paid, field_effect=Effect.of(s.field_effect),
-                     usage=s.usage(), admitted=s.admitted, admission=s.admission)
+                     usage=s.usage(), admitted=s.admitted, admission=s.admission,
+                     together=[Together.of(t) for t in s.together])
 
     @strawberry.field(description="Conditions under which the optimization is correct.")
     async def valid_when(self, info: strawberry.Info[RequestContext, None]) -> list[Condition]:
@@ -172,6 +192,9 @@ class SkillHit:
     score: float
     applicable: Applicability
     explanation: Explanation
+    together: Together | None = strawberry.field(
+        default=None, description="The move together with other operators whose gain this hit expects, when the "
+                                  "kernel can take it whole (its first operator can be added): try it as one move.")
 
 
 @strawberry.type(description="A page of skills; pass endCursor as `after` for the next page.")

@@ -51,6 +51,8 @@ Rules, kept simple and written here once:
 from __future__ import annotations
 
 import contextlib
+import itertools
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -61,8 +63,11 @@ from klineage.kb.features import FeatureError, canonical_name, case_features, pr
 from klineage.schema import pyast
 from klineage.schema.errors import KLineageError
 from klineage.schema.ids import content_id
-from klineage.schema.records import Risk
-from klineage.transforms.registry import get_operator
+from klineage.schema.kernel_features import KERNEL_KIND
+from klineage.schema.lineage_records import step_speedups
+from klineage.schema.records import LAUNCH_CONFIGURATION_SET, PAYING_PAIR, Risk, pays_only_with_next
+from klineage.transforms.features import kernel_features
+from klineage.transforms.registry import LAUNCH_CONFIGURATION, get_operator
 
 __all__ = ["PROFIT_MARGIN", "ExtractError", "GateOutcome", "MergedSkill", "Rejection", "ShapeEffect",
            "SkillInstance", "enables_of", "extract_skills", "merge_skills", "shape_features", "shape_label",
@@ -336,6 +341,64 @@ def enables_of(data: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
     return {a: tuple(sorted(bs)) for a, bs in out.items()}
 
 
+def step_gain(step: Mapping[str, Any]) -> float | None:
+    """The geometric mean over a step's timed cases of the speedup its optimization gave; None when untimed."""
+    speedups = [float(x["speedup"]) for x in step_speedups(step) if x["speedup"] and x["speedup"] > 0]
+    return math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else None
+
+
+def _has_configs(params: Mapping[str, Any] | None) -> bool:
+    kernels = (params or {}).get("kernels") or {}
+    return bool((params or {}).get("configs")) or any((k or {}).get("configs") for k in kernels.values())
+
+
+def _naive_kind(data: Mapping[str, Any], forward: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The kernel-kind features true of the lineage's naive end (the last accepted step's simplified kernel);
+    [] when the document does not carry that kernel's source."""
+    sources = {k["sha"]: k["source"] for k in data.get("kernels") or ()}
+    naive = sources.get(forward[0]["to"]) if forward else None
+    if naive is None:
+        return []
+    features = kernel_features(naive)
+    return [name for name in KERNEL_KIND if features.get(name)]
+
+
+def together_of(data: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """For each operator of an accepted step, the moves of several operators this lineage measured paying
+    together (``records.Together``, JSON form without the workload), from its steps' timings:
+
+    * the launch configuration: when an accepted autotune step carries a config list, it and every other accepted
+      launch-configuration step (tiles, warps, stages, register cap) are one move, listed under each of them —
+      the walk measured each only with the others in place, and one value alone is not what paid;
+    * a paying pair: a step that lost alone beyond the noise and the expert's next step
+      (``records.pays_only_with_next``), listed under the first.
+    """
+    forward = sorted((s for s in data["steps"] if s["accepted"]), key=lambda s: -int(s["index"]))
+    gains = {int(s["index"]): step_gain(s) for s in forward}
+    kind = _naive_kind(data, forward)
+    out: dict[str, list[dict[str, Any]]] = {}
+    config = [s for s in forward if s["operator"] in LAUNCH_CONFIGURATION]
+    autotune = next((s for s in config if s["operator"] == "autotune" and _has_configs(s.get("params"))), None)
+    in_set: set[int] = set()
+    if autotune is not None and len(config) >= 2 and all(gains[int(s["index"])] for s in config):
+        ordered = [autotune, *(s for s in config if s is not autotune)]
+        in_set = {int(s["index"]) for s in ordered}
+        entry = {"steps": [int(s["index"]) for s in ordered], "operators": [s["operator"] for s in ordered],
+                 "gain": round(math.prod(gains[int(s["index"])] or 1.0 for s in ordered), 4),
+                 "kind": LAUNCH_CONFIGURATION_SET, "kernel_kind": kind}
+        for s in ordered:
+            out.setdefault(s["operator"], []).append(entry)
+    for first, second in itertools.pairwise(forward):
+        a, b = int(first["index"]), int(second["index"])
+        g1, g2 = gains[a], gains[b]
+        if b != a - 1 or {a, b} <= in_set or not g1 or not g2 or not pays_only_with_next(g1, g2):
+            continue
+        out.setdefault(first["operator"], []).append(
+            {"steps": [a, b], "operators": [first["operator"], second["operator"]], "gain": round(g1 * g2, 4),
+             "kind": PAYING_PAIR, "kernel_kind": kind})
+    return out
+
+
 def skill_instances(data: Mapping[str, Any], lineage_id: str | None = None) -> list[SkillInstance]:
     """The evidence of one lineage document (its JSON ``data``) about every operator it tried,
     accepted or rejected, in order of first step. ``lineage_id`` defaults to the document's id."""
@@ -495,13 +558,15 @@ def _text_of(operator: str, fallback: Mapping[str, Any] | None) -> dict[str, Any
 
 
 def skill_json(merged: MergedSkill, steps: Sequence[int], params: Mapping[str, Any] | None = None,
-               fallback: Mapping[str, Any] | None = None) -> dict[str, Any]:
+               fallback: Mapping[str, Any] | None = None,
+               together: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """One entry of a lineage document's ``skills`` (the form ``lineage.schema.json`` requires).
 
     ``steps``: this document's accepted step indexes of the operator; ``params``: the transform's
     parameters (default: those of the first accepted step in ``merged``, else the operator's
     defaults). Name, intent, anchor and carrier come from the operator class (registry); for an
     operator the registry lacks, from ``fallback`` (an existing skill entry), else ExtractError.
+    ``together``: this document's moves of several operators the skill belongs to (``together_of``).
     """
     text = _text_of(merged.operator, fallback)
     if params is None:
@@ -520,6 +585,8 @@ def skill_json(merged: MergedSkill, steps: Sequence[int], params: Mapping[str, A
         entry["architectures"] = list(merged.architectures)
     if merged.profitability:
         entry["profitability"] = merged.profitability
+    if together:
+        entry["together"] = [dict(t) for t in together]
     return entry
 
 
@@ -529,10 +596,12 @@ def extract_skills(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     ``skill_instances``). The walker assigns it: ``data["skills"] = extract_skills(data)``.
     Existing entries are used only as text fallback for operators the registry does not know."""
     existing = {sk["operator"]: sk for sk in data.get("skills") or ()}
+    together = together_of(data)
     out = []
     for merged in merge_skills([skill_instances(data)]):
         if merged.accepted:
             steps = [i for inst in merged.instances for i in inst.steps]
-            out.append(skill_json(merged, steps, fallback=existing.get(merged.operator)))
+            out.append(skill_json(merged, steps, fallback=existing.get(merged.operator),
+                                  together=together.get(merged.operator, ())))
     return out
 

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from klineage.ingest.extract import MergedSkill, SkillInstance, merge_skills, skill_instances, skill_json
+from klineage.ingest.extract import MergedSkill, SkillInstance, merge_skills, skill_instances, skill_json, together_of
 from klineage.kb.service import IngestError, IngestReport, KnowledgeBase
 from klineage.schema.lineage_document import LineageDocument, parse_lineage_document
 from klineage.schema.records import Condition, skill_id
@@ -102,7 +102,9 @@ def merged_documents(documents: Sequence[LineageDocument],
     out = []
     for doc, instances in zip(documents, own, strict=True):
         existing = {sk["operator"]: sk for sk in doc.data.get("skills") or ()}
-        skills = [skill_json(by_op[inst.operator], inst.steps, inst.params, fallback=existing.get(inst.operator))
+        together = together_of(doc.data)
+        skills = [skill_json(by_op[inst.operator], inst.steps, inst.params, fallback=existing.get(inst.operator),
+                             together=together.get(inst.operator, ()))
                   for inst in instances if inst.steps]
         data = copy.deepcopy(dict(doc.data))
         data["skills"] = skills

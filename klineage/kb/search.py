@@ -31,6 +31,11 @@ The pipeline is a few small, composable pieces:
    PROFITABLE_WHEN condition is false the expected gain is capped at 1.0 (the induced rule says it
    did not pay there). Confidence is (support + 1) / (support + 2) over evidence steps (Laplace's
    rule of succession; verified applications by agents count too, a success when they paid).
+   **Moves together**: a skill the lineages measured paying only together with other operators
+   (``Skill.together``: the expert's launch configuration as one autotune config set, a step that lost alone and
+   paid with the next) is expected to gain what the move gained when the kernel can take the whole move (its
+   ``operator_anchors`` say the move's first operator can be added and, for a pair, the second too) and that is
+   more than the skill alone: ``SkillHit.together`` names the move, the basis says so.
    Tiers come before scores: a hit with a false PROFITABLE_WHEN (the induced rule says it did not pay
    there) always comes after every hit without one, and NOT_APPLICABLE hits always come last and
    score 0. ``SkillHit.why`` says all of this in one line, and ``SkillHit.missing_features`` names
@@ -66,8 +71,9 @@ from klineage.kb.store import GraphStore
 from klineage.schema.errors import KLineageError
 from klineage.schema.graph import Node
 from klineage.schema.graph_spec import FULLTEXT_INDEXES
+from klineage.schema.kernel_features import kind_agreement
 from klineage.schema.lineage_document import step_speedups
-from klineage.schema.records import Condition, Evidence, Risk, Skill
+from klineage.schema.records import LAUNCH_CONFIGURATION_SET, Condition, Evidence, Risk, Skill, Together
 
 logger = logging.getLogger("klineage.search")
 
@@ -215,6 +221,8 @@ class SkillHit:
     evidence: tuple[Evidence, ...]
     risks: tuple[Risk, ...]
     similarity: float | None = None
+    #: the move of several operators the expected gain is of, when it is one (``fitting_together``)
+    together: Together | None = None
 
     @property
     def why(self) -> str:
@@ -265,6 +273,32 @@ class _Point:
     shape: Mapping[str, Any]
     dtype: str
     speedup: float
+
+
+def together_agreement(together: Together, kernel: Mapping[str, Any] | None) -> float:
+    """How alike the kernel and the naive kernel of the move's lineage are (``kind_agreement``)."""
+    return kind_agreement(kernel or {}, dict.fromkeys(together.kernel_kind, True))
+
+
+def fitting_together(skill: Skill, anchors: Mapping[str, OperatorAnchor] | None,
+                     kernel: Mapping[str, Any] | None = None, nearest: float = 0.0) -> Together | None:
+    """The skill's move together with other operators (``Skill.together``) that the kernel can take whole, by
+    its operator anchors: the move's first operator can be added (for a launch-configuration set, the autotune
+    config list that carries every value) and, for a pair, the second too; and its lineage is among those whose
+    naive kernel is most like this one (``together_agreement`` at least ``nearest``, the best any move of the
+    catalog reaches: an attention kernel takes the attention expert's moves, not the GEMM's). Of several, the
+    most alike, then the highest gain. None without anchors or such a move."""
+    if anchors is None:
+        return None
+
+    def addable(op: str) -> bool:
+        found = anchors.get(op)
+        return found is not None and found.state == ANCHOR_APPLICABLE
+
+    fits = [t for t in skill.together
+            if addable(t.operators[0]) and (t.kind == LAUNCH_CONFIGURATION_SET or all(map(addable, t.operators)))
+            and together_agreement(t, kernel) >= nearest - 1e-9]
+    return max(fits, key=lambda t: (together_agreement(t, kernel), t.gain, t), default=None)
 
 
 def _confidence(support: int, paid: int = 0, verified: int = 0) -> float:
@@ -326,6 +360,9 @@ class SkillCatalog:
         highs = [max(h, t[0]) if t is not None else h for t, h in zip(self.trials_gain, highs, strict=True)]
         self.median_gain = np.asarray(medians, dtype=np.float64)
         self.max_gain = np.asarray(highs, dtype=np.float64)
+        #: per skill, the highest gain of its moves together with other operators (0 without any)
+        self.together_gain = np.asarray([max((t.gain for t in s.together), default=0.0) for s in ordered],
+                                        dtype=np.float64)
         self.confidence = np.asarray(
             [_confidence(s.support_steps, s.paid, s.verified) for s in ordered], dtype=np.float64)
         # agents' verified trials on new code outvote a false PROFITABLE_WHEN (kb.profitability)
@@ -747,6 +784,8 @@ def search_skills(request: SearchRequest, store: GraphStore, catalog_for: Callab
     shaped = _has_shape(env)
     base = relevance * catalog.confidence
     upper_gain = catalog.max_gain if shaped else catalog.median_gain
+    if request.operator_anchors is not None:  # a kernel that can take a move together expects its gain
+        upper_gain = np.maximum(upper_gain, catalog.together_gain)
     upper_gain = np.where(cap, np.minimum(upper_gain, 1.0), upper_gain)
     tier = np.where(not_applicable, 2, np.where(cap, 1, 0)).astype(np.int64)
     upper = base * upper_gain
@@ -754,7 +793,8 @@ def search_skills(request: SearchRequest, store: GraphStore, catalog_for: Callab
 
     # exact expected gain only where it can still change the top `limit` (upper bound = max speedup)
     best_keys: list[tuple[int, float, int]] = []
-    exact: dict[int, tuple[float, str]] = {}
+    exact: dict[int, tuple[float, str, Together | None]] = {}
+    nearest = max((together_agreement(t, request.kernel) for s in catalog.skills for t in s.together), default=0.0)
     for i in order:
         i = int(i)
         optimistic = (int(tier[i]), -float(upper[i]), i)
@@ -762,20 +802,25 @@ def search_skills(request: SearchRequest, store: GraphStore, catalog_for: Callab
             break  # every remaining candidate's best possible key is worse than the current last hit
         outvoted = catalog.trials_basis[i] if profit[i] == _FALSE and catalog.trials_pay[i] else ""
         gain, basis = _expected_gain(catalog, i, env, shaped, bool(cap[i]), outvoted)
-        exact[i] = (gain, basis)
+        together = fitting_together(catalog.skills[i], request.operator_anchors, request.kernel, nearest)
+        if together is not None and together.gain > gain and not cap[i]:
+            gain, basis = together.gain, f"{together.gain:.3g}× as one move: {together.describe()}"
+        else:
+            together = None
+        exact[i] = (gain, basis, together)
         bisect.insort(best_keys, (int(tier[i]), -float(base[i] * gain), i))
         del best_keys[request.limit:]
 
     hits = []
     for t, neg_score, i in best_keys:
-        gain, basis = exact[i]
+        gain, basis, together = exact[i]
         state = NOT_APPLICABLE if t == 2 else (APPLICABLE if applicable[i] else UNKNOWN)
         checks = _checks(catalog, i, verdicts, env, request.operator_anchors)
         hits.append(SkillHit(
             skill=catalog.skills[i], score=0.0 if t == 2 else -neg_score, applicable=state,
             relevance=float(relevance[i]), expected_gain=gain, confidence=float(catalog.confidence[i]),
             gain_basis=basis, checks=checks, evidence=catalog.evidence[i], risks=catalog.risks[i],
-            similarity=similarity.get(catalog.ids[i])))
+            similarity=similarity.get(catalog.ids[i]), together=together))
     return hits
 
 

@@ -143,7 +143,8 @@ class KnowledgeBase:
         existing condition keeps its description and gets the larger support), its text and anchor stay
         as first stored, its workloads and families are the union (its embedding is computed again when that
         changes its embedded text), its profitability note is this document's (the latest
-        induction), its architectures are the union, and it is a sample only
+        induction), its architectures are the union, its moves together with other operators are the stored ones
+        of other workloads and this document's (``Together``), and it is a sample only
         while all of its evidence is. Skills this document says it enables are linked when they are
         already in the store.
 
@@ -247,6 +248,9 @@ class KnowledgeBase:
             base, effect=Effect.of(speedups), support_steps=len(steps), support_lineages=len(lineages),
             architectures=union("architectures"), workloads=union("workloads"), families=union("families"),
             sample=sample,
+            # a lineage's moves replace what an earlier ingest of the same workload's lineage said
+            together=tuple(sorted({*(t for t in (old.together if old else ()) if t.workload not in new.workloads),
+                                   *new.together})),
             profitability=new.profitability,  # the latest induction's verdict (re-induced from all evidence)
         )
 

@@ -29,6 +29,7 @@ def skill_view(s: Skill) -> dict[str, Any]:
         "carrier": clip(s.carrier), "transform": dict(s.transform), "effect": s.effect.to_dict(),
         "support": s.support_steps, "supportLineages": s.support_lineages,
         "architectures": list(s.architectures), "sample": s.sample, "profitability": clip(s.profitability),
+        "together": [t.view() for t in s.together],
     }
 
 
@@ -54,6 +55,7 @@ def hit_view(hit: Any) -> dict[str, Any]:
         "explanation": {"passed": [clip(x) for x in hit.passed], "failed": [clip(x) for x in hit.failed],
                         "unknown": [clip(x) for x in hit.unknown], **evidence_list(hit.evidence)},
         "risks": [risk_view(r) for r in hit.risks[:MAX_EVIDENCE]],
+        "together": hit.together.view() if hit.together is not None else None,
     }
 
 

@@ -52,3 +52,18 @@ KERNEL_FEATURE_DOCS: Mapping[str, str] = {
 
 #: Every kernel feature, in the order ``kernel_features`` returns them.
 KERNEL_FEATURES: tuple[str, ...] = tuple(KERNEL_FEATURE_DOCS)
+
+#: The kernel features that say what kind of kernel it is (compared to find the lineage, or the lineage's move,
+#: nearest to a kernel). Not ``uses_mask``: nearly every naive kernel masks, so it told a GEMM lineage's move
+#: and an attention lineage's apart on an attention kernel only by accident.
+KERNEL_KIND: tuple[str, ...] = ("has_dot", "has_k_loop", "row_reduction", "online_softmax", "elementwise",
+                                "causal_skip", "single_pass_row", "multi_row")
+
+
+def kind_agreement(a: Mapping[str, object], b: Mapping[str, object]) -> float:
+    """Fraction of the kernel-kind features (``KERNEL_KIND``) on which two kernels' features agree (a feature
+    neither gives is left out; 0.0 when none is given)."""
+    keys = [k for k in KERNEL_KIND if k in a or k in b]
+    if not keys:
+        return 0.0
+    return sum(bool(a.get(k)) == bool(b.get(k)) for k in keys) / len(keys)

@@ -34,6 +34,7 @@ from klineage.schema.records import (
     Effect,
     Risk,
     Skill,
+    Together,
     architecture_id,
     kernel_id,
     skill_id,
@@ -185,6 +186,7 @@ def skill_records(doc: LineageDocument) -> list[tuple[Skill, list[Condition], li
             architectures=tuple(sk.get("architectures") or (arch,)), sample=doc.sample,
             workloads=(doc.data["workload"]["name"],), families=(doc.data["workload"]["family"],),
             profitability=str(sk.get("profitability") or ""),
+            together=tuple(Together.from_dict(t, doc.data["workload"]["name"]) for t in sk.get("together") or ()),
         )
         conditions = [
             Condition(c["expr"], kind, c.get("source", "declared"), c.get("description", ""),

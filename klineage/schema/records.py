@@ -134,6 +134,67 @@ FAMILY_WORDS: dict[str, str] = {
 }
 
 
+#: A measured gain counts as a gain, and a loss as a loss, only beyond this (3 %: the lineages' timing noise is
+#: about 1 %).
+NOISE_MARGIN = 0.03
+#: ``Together.kind``: the lineage's launch-configuration steps (tiles, warps, stages) carried by its autotune
+#: config set, and a step that lost alone but gained with the expert's next step.
+LAUNCH_CONFIGURATION_SET = "launch-configuration"
+PAYING_PAIR = "pair"
+
+
+def pays_only_with_next(first_gain: float, second_gain: float) -> bool:
+    """Whether a lineage step that gained ``first_gain`` and the expert's next step (measured only with the first
+    in place, ``second_gain``) are evidence for one move: the first lost alone beyond ``NOISE_MARGIN`` and the two
+    together gained beyond it."""
+    return first_gain <= 1.0 - NOISE_MARGIN and first_gain * second_gain >= 1.0 + NOISE_MARGIN
+
+
+@dataclass(frozen=True, order=True)
+class Together:
+    """Operators a lineage measured paying as one move, and the evidence: the lineage's workload, its step
+    indexes (walk order) and the product of their gains.
+
+    ``kind`` is ``LAUNCH_CONFIGURATION_SET`` (the expert's autotune config set carries tiles, warps and stages:
+    each of those steps was measured only with the others in place, and a larger tile alone lost on new GEMMs)
+    or ``PAYING_PAIR`` (the first operator lost alone, ``pays_only_with_next``). ``kernel_kind``: the kernel-kind
+    features (``kernel_features.KERNEL_KIND``) true of the kernel the lineage starts from, so that a search
+    offers a kernel the move of the lineage most like it."""
+
+    workload: str
+    steps: tuple[int, ...]
+    operators: tuple[str, ...]
+    gain: float
+    kind: str
+    kernel_kind: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One line: the move, its gain and where it was measured."""
+        steps = ",".join(str(i) for i in self.steps)
+        why = ("tiles, warps and stages as the expert's autotune config set" if self.kind == LAUNCH_CONFIGURATION_SET
+               else f"{self.operators[0]} lost alone, with {self.operators[-1]} after it the pair gained")
+        return f"{' + '.join(self.operators)}: {self.gain:.3g}× in {self.workload}'s lineage (steps {steps}; {why})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form (a lineage document's skill entry and the Skill node hold it)."""
+        return {"workload": self.workload, "steps": list(self.steps), "operators": list(self.operators),
+                "gain": self.gain, "kind": self.kind, "kernel_kind": list(self.kernel_kind)}
+
+    def view(self) -> dict[str, Any]:
+        """The JSON form with GraphQL's field names and ``description`` (what the CLI's and MCP's JSON show)."""
+        return {"workload": self.workload, "steps": list(self.steps), "operators": list(self.operators),
+                "gain": self.gain, "kind": self.kind, "kernelKind": list(self.kernel_kind),
+                "description": self.describe()}
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any], workload: str | None = None) -> Together:
+        """Read ``to_dict``'s form; ``workload`` fills it in where the entry omits it (a lineage document's
+        entries are its own workload's)."""
+        return Together(str(data.get("workload") or workload or ""), tuple(int(i) for i in data["steps"]),
+                        tuple(str(o) for o in data["operators"]), float(data["gain"]), str(data["kind"]),
+                        tuple(str(f) for f in data.get("kernel_kind") or ()))
+
+
 def skill_id(operator: str) -> str:
     """Skills that reverse the same operator merge into one: the id depends on the operator only."""
     return content_id("Skill", operator)
@@ -172,6 +233,8 @@ class Skill:
     verified: int = 0
     paid: int = 0
     field_effect: Effect = field(default_factory=Effect)
+    #: moves the lineages measured this skill paying in only together with other operators (``Together``)
+    together: tuple[Together, ...] = ()
 
     @property
     def id(self) -> str:
@@ -231,6 +294,7 @@ class Skill:
             "architectures": list(self.architectures), "workloads": list(self.workloads),
             "families": list(self.families), "embedding": list(self.embedding),
             "sample": self.sample, "profitability": self.profitability,
+            **({"together": [t.to_dict() for t in self.together]} if self.together else {}),
             **({"applied": self.applied, "verified": self.verified, "paid": self.paid,
                 "field_effect": self.field_effect.to_dict()} if self.applied else {}),
         })
@@ -250,6 +314,7 @@ class Skill:
             sample=bool(p.get("sample", False)), profitability=str(p.get("profitability") or ""),
             applied=int(p.get("applied") or 0), verified=int(p.get("verified") or 0), paid=int(p.get("paid") or 0),
             field_effect=Effect.from_dict(p.get("field_effect")),
+            together=tuple(Together.from_dict(t) for t in p.get("together") or ()),
         )
 
 

@@ -118,6 +118,22 @@ def test_greedy_proposes_only_skills_the_kernel_can_take_in_search_rank_order(kb
     assert planned == [op for op in ranked if op in planned]
 
 
+def test_greedy_takes_the_launch_configuration_the_search_offers_as_one_move(kb: KnowledgeBase) -> None:
+    """On a naive matmul the search's first hit expects the gain of the expert's launch configuration as one
+    move; the greedy loop tries that move (the expert's configs in role terms, one autotune call) instead of a
+    bare tile or pipelining change with apply's defaults (H100, 2026-12-07: its first calls on matmul_tn
+    were pipelining 0.084x and int64-offsets 0.083x; tile-size reached 0.18x at call 5)."""
+    problem = load_problem(None, ROOT / "heldout" / "matmul_tn")
+    moves = make_planner("greedy", kb).plan(AgentState(problem, problem.source))
+    first = moves[0]
+    assert first.operators == ("autotune",) and "gemm" in first.origin and first.origin.startswith("search rank 1")
+    configs = first.steps[0].params["configs"]
+    assert len(configs) >= 2 and all({"num_warps", "num_stages"} <= set(c) for c in configs)
+    assert materialize(problem.source, first) is not None
+    later = [m for m in moves[1:] if set(m.operators) & {"tile-size", "pipelining", "num-warps"}]
+    assert not later or all(m.key() != first.key() for m in later)
+
+
 def test_expert_tiles_are_also_offered_clipped_to_the_kernels_grid() -> None:
     from klineage.agent.parameters import MAX_CONFIGS, fit_to_grid
 

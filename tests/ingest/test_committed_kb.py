@@ -94,3 +94,47 @@ def test_a_text_alone_finds_the_skills_it_asks_for(built: Any) -> None:
     gemm = top("larger tiles for matrix multiply", 4)
     assert all("gemm" in skills[op].families for op in gemm), gemm
     assert top("bake a chocolate cake", 10) == [] and top("int8 dequantize", 10) == []
+
+
+@pytest.mark.real("embedder")
+def test_a_naive_matmul_is_offered_the_experts_launch_configuration_as_one_move(built: Any) -> None:
+    """The gemm lineage measured tiles, warps and stages only together (each step with the others in place):
+    the knowledge base records them as one move with the product of their gains, and a kernel search on a
+    naive matmul the lineages never saw ranks that move first (alone, a larger tile lost on such kernels).
+    Before: autotune's own step (1.0x) and pipelining's 3x at the nearest shape, no move together."""
+    from klineage.agent import load_problem
+    from klineage.schema.records import LAUNCH_CONFIGURATION_SET
+    from klineage.transforms.facts import kernel_facts
+
+    kb, _ = built
+    skills = {s.operator: s for s in kb.skills(first=100).items}
+    config_set = next(t for t in skills["autotune"].together if t.workload == "gemm")
+    assert config_set.kind == LAUNCH_CONFIGURATION_SET and config_set.operators[0] == "autotune"
+    assert {"has_dot", "has_k_loop"} <= set(config_set.kernel_kind)
+    assert {"tile-size", "num-warps", "pipelining"} <= set(config_set.operators)
+    assert config_set in skills["tile-size"].together and config_set.gain > 3.0
+    assert any(t.operators == ("grouped-order", "contiguity-hints") for t in skills["grouped-order"].together)
+    assert not any(skills[op].together for op in ("single-pass-row", "online-softmax", "exp2"))
+
+    problem = load_problem(None, ROOT / "heldout" / "matmul_tn")
+    facts = kernel_facts(problem.source)
+    hits = kb.search(text=problem.text(), context=problem.search_context("sm_90"), kernel_features=facts.features,
+                     operator_anchors=facts.operator_anchors, limit=20)
+    first = hits[0]
+    assert first.together == config_set, [(h.skill.operator, h.expected_gain) for h in hits[:4]]
+    assert first.expected_gain == pytest.approx(config_set.gain) and "as one move" in first.gain_basis
+
+    # an attention kernel is offered the attention expert's set, not the GEMM's larger gain
+    window = load_problem(None, ROOT / "heldout" / "sliding_window_attention")
+    window_facts = kernel_facts(window.source)
+    window_hits = kb.search(text=window.text(), context=window.search_context("sm_90"),
+                            kernel_features=window_facts.features, operator_anchors=window_facts.operator_anchors,
+                            limit=20)
+    offered = {h.together.workload for h in window_hits if h.together is not None}
+    assert offered == {"attention"}, offered
+
+    row = load_problem(None, ROOT / "heldout" / "rmsnorm")
+    row_facts = kernel_facts(row.source)
+    row_hits = kb.search(text=row.text(), context=row.search_context("sm_90"), kernel_features=row_facts.features,
+                         operator_anchors=row_facts.operator_anchors, limit=20)
+    assert all(h.together is None for h in row_hits)  # no autotune to carry a config set: nothing together

@@ -16,6 +16,7 @@ from klineage.ingest.extract import (
     merge_skills,
     shape_features,
     skill_instances,
+    together_of,
 )
 from klineage.ingest.induce import MARGIN
 from klineage.kb.conditions import PORTABLE_FEATURES, evaluate, parse_condition, validate_condition
@@ -243,3 +244,32 @@ def test_the_committed_walks_record_single_pass_row_enabling_multi_row() -> None
     for workload in ("layernorm", "softmax"):
         doc = json.loads((ROOT / "lineages" / f"{workload}.lineage.json").read_text(encoding="utf-8"))
         assert "multi-row" in enables_of(doc).get("single-pass-row", ()), workload
+
+
+def _step(index: int, operator: str, gain: float, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An accepted walk step whose optimization made two shapes ``gain`` times faster."""
+    return {"index": index, "operator": operator, "accepted": True, "params": params or {}, "from": "a", "to": "b",
+            "timings": [timing(1024, 1024, 1.0, gain), timing(4096, 4096, 2.0, 2.0 * gain)]}
+
+
+def test_moves_together_are_read_from_the_steps_timings() -> None:
+    """Walk order is expert -> naive, so the forward (naive -> expert) order is by falling index: num-warps (5)
+    is added first. The launch configuration joins the autotune step that carries configs; a step that lost
+    alone pairs with the next step only when the two gained together beyond the noise."""
+    configs = {"kernels": {"k": {"configs": [{"BLOCK_M": "128", "num_warps": "8"}]}}}
+    data = {"steps": [_step(5, "num-warps", 1.5), _step(4, "grouped-order", 0.88), _step(3, "contiguity-hints", 1.25),
+                      _step(2, "autotune", 1.1, configs), _step(1, "int64-offsets", 0.9),
+                      {"index": 0, "operator": "exp2", "accepted": False, "timings": []}]}
+    found = together_of(data)
+    config_set = found["autotune"][0]
+    assert config_set["operators"] == ["autotune", "num-warps"] and config_set["steps"] == [2, 5]
+    assert config_set["kind"] == "launch-configuration" and config_set["gain"] == pytest.approx(1.65)
+    assert found["num-warps"] == [config_set]
+    assert found["grouped-order"] == [{"steps": [4, 3], "operators": ["grouped-order", "contiguity-hints"],
+                                       "gain": pytest.approx(1.1), "kind": "pair", "kernel_kind": []}]
+    assert "contiguity-hints" not in found and "int64-offsets" not in found  # the last step has no next to pay with
+
+    without_configs = {"steps": [dict(s, params={}) if s["operator"] == "autotune" else s for s in data["steps"]]}
+    assert "autotune" not in together_of(without_configs)  # no config list: nothing carries the values
+    lost_twice = {"steps": [_step(4, "grouped-order", 0.88), _step(3, "contiguity-hints", 1.1)]}
+    assert together_of(lost_twice) == {}  # 0.88 x 1.1 < 1.03: no evidence the pair pays

@@ -397,3 +397,17 @@ def test_the_write_lock_keeps_other_writers_out_until_it_is_released(
     with other.exclusive():  # type: ignore[attr-defined]  # released: the other writer gets it at once
         other.upsert(GraphBatch.of([condition(2)]))
     assert [n.id for n in store.find("Condition")] == ["condition:0001", "condition:0002"]
+
+
+def test_a_skills_moves_together_read_back_as_written(store: GraphStore) -> None:
+    """``Skill.together`` (a list of records in one property) survives the store: the search reads it back."""
+    from klineage.schema.records import LAUNCH_CONFIGURATION_SET, PAYING_PAIR, Anchor, Skill, Together
+
+    written = Skill("autotune", "Autotune", "", Anchor("", ""), "", {}, workloads=("gemm",), together=(
+        Together("gemm", (4, 10, 9, 2), ("autotune", "num-warps", "pipelining", "tile-size"), 6.1509,
+                 LAUNCH_CONFIGURATION_SET),
+        Together("gemm", (7, 6), ("autotune", "contiguity-hints"), 1.08, PAYING_PAIR)))
+    store.upsert(GraphBatch.of([written.to_node()]))
+    node = store.get("Skill", written.id)
+    assert node is not None
+    assert Skill.from_node(node).together == written.together

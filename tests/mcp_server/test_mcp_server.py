@@ -32,7 +32,8 @@ HIT_QUERY = """query($t: String, $c: JSON, $k: String, $n: Int!) {
   searchSkills(text: $t, context: $c, kernelSource: $k, limit: $n) {
     score applicable
     skill { id name intent operator anchor { predicate description } carrier transform effect { min median max n }
-            support supportLineages architectures sample profitability }
+            support supportLineages architectures sample profitability
+            together { workload steps operators gain kind kernelKind description } }
     explanation { passed failed unknown usage evidence { lineageId stepId workload gpu speedups sample } } } }"""
 
 
