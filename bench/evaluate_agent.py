@@ -91,11 +91,12 @@ def instances(names: str | None) -> list[Path]:
 
 
 def agent_version() -> str:
-    """A hash of the agent's and operators' source: a result row is reused only by the same code."""
+    """A hash of the source of what plans: the agent, the operators, the knowledge base's search and the ingest that
+    builds the evaluation's knowledge base from the lineages. A result row is reused only by the same code."""
     import hashlib
 
     digest = hashlib.sha256()
-    for folder in ("klineage/agent", "klineage/transforms"):
+    for folder in ("klineage/agent", "klineage/transforms", "klineage/kb", "klineage/ingest"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
