@@ -275,6 +275,12 @@ class _Point:
     speedup: float
 
 
+#: A move together is offered only to a kernel this much like its lineage's naive kernel (``kind_agreement``: at
+#: most 2 of the 8 kernel-kind features differ). Below it the move's gain is no evidence: the GEMM expert's config
+#: set was the nearest move for a column sum (4 of 8 agree), a reduction without tl.dot.
+MIN_KIND_AGREEMENT = 0.75
+
+
 def together_agreement(together: Together, kernel: Mapping[str, Any] | None) -> float:
     """How alike the kernel and the naive kernel of the move's lineage are (``kind_agreement``)."""
     return kind_agreement(kernel or {}, dict.fromkeys(together.kernel_kind, True))
@@ -286,8 +292,9 @@ def fitting_together(skill: Skill, anchors: Mapping[str, OperatorAnchor] | None,
     its operator anchors: the move's first operator can be added (for a launch-configuration set, the autotune
     config list that carries every value) and, for a pair, the second too; and its lineage is among those whose
     naive kernel is most like this one (``together_agreement`` at least ``nearest``, the best any move of the
-    catalog reaches: an attention kernel takes the attention expert's moves, not the GEMM's). Of several, the
-    most alike, then the highest gain. None without anchors or such a move."""
+    catalog reaches: an attention kernel takes the attention expert's moves, not the GEMM's) and like enough
+    (``MIN_KIND_AGREEMENT``). Of several, the most alike, then the highest gain. None without anchors or such a
+    move."""
     if anchors is None:
         return None
 
@@ -297,7 +304,7 @@ def fitting_together(skill: Skill, anchors: Mapping[str, OperatorAnchor] | None,
 
     fits = [t for t in skill.together
             if addable(t.operators[0]) and (t.kind == LAUNCH_CONFIGURATION_SET or all(map(addable, t.operators)))
-            and together_agreement(t, kernel) >= nearest - 1e-9]
+            and together_agreement(t, kernel) >= max(nearest, MIN_KIND_AGREEMENT) - 1e-9]
     return max(fits, key=lambda t: (together_agreement(t, kernel), t.gain, t), default=None)
 
 
