@@ -85,7 +85,9 @@ class WorkloadManifest:
         return ordered[len(ordered) // 2]
 
 
-def _check_shapes(source: str, key: str, value: Any) -> tuple[Shape, ...]:
+def _check_shapes(source: str, key: str, value: Any, flags: frozenset[str] = frozenset()) -> tuple[Shape, ...]:
+    """The shape list ``key``: every dim a positive integer or a boolean; a dim declared a ``flag`` (``flags``)
+    only a boolean, so that ``causal = 0`` is an error that says to write ``false``."""
     if not isinstance(value, list) or not value:
         raise ManifestError(source, key, "a non-empty list of inline tables like { M = 64, N = 64 }", value)
     shapes = []
@@ -96,6 +98,9 @@ def _check_shapes(source: str, key: str, value: Any) -> tuple[Shape, ...]:
         for dim, size in shape.items():
             if isinstance(size, bool):
                 continue  # flags such as causal = true
+            if dim in flags:
+                raise ManifestError(source, f"{where}.{dim}", "true or false ([workload.roles] declares "
+                                    f"{dim} a flag)", size)
             if not isinstance(size, int) or size <= 0:
                 raise ManifestError(source, f"{where}.{dim}", "a positive integer (or a boolean flag)", size)
         shapes.append(dict(shape))
@@ -140,8 +145,10 @@ def parse_manifest(data: Mapping[str, Any], source: str, directory: Path) -> Wor
     for dtype in tolerance:
         if dtype not in DTYPES:
             raise ManifestError(source, f"workload.tolerance.{dtype}", f"a dtype among {DTYPES}")
-    shapes = _check_shapes(source, "workload.shapes", table["shapes"])
-    cpu_shapes = _check_shapes(source, "workload.cpu_shapes", table["cpu_shapes"])
+    declared = table.get("roles")
+    flags = frozenset(d for d, r in declared.items() if r == "flag") if isinstance(declared, dict) else frozenset()
+    shapes = _check_shapes(source, "workload.shapes", table["shapes"], flags)
+    cpu_shapes = _check_shapes(source, "workload.cpu_shapes", table["cpu_shapes"], flags)
     roles = _check_roles(source, table["roles"], (*shapes, *cpu_shapes)) if "roles" in table else None
     return WorkloadManifest(
         name=table["name"], family=table["family"], description=table["description"],

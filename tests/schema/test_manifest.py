@@ -93,3 +93,14 @@ def test_roles_table_is_optional_and_checked(tmp_path: Path) -> None:
         with pytest.raises(ManifestError) as info:
             load_manifest(tmp_path)
         assert info.value.key == key and str(tmp_path / "manifest.toml") in str(info.value)
+
+
+def test_a_flag_written_as_a_number_says_to_write_true_or_false(tmp_path: Path) -> None:
+    flagged = GOOD.replace("{ rows = 8, cols = 65536 }", "{ rows = 8, cols = 65536, masked = true }").replace(
+        "[workload.tolerance]", '[workload.roles]\nmasked = "flag"\n\n[workload.tolerance]')
+    assert load_manifest(write(tmp_path, flagged)).shapes[1]["masked"] is True
+    write(tmp_path, flagged.replace("masked = true }", "masked = 0 }"))
+    with pytest.raises(ManifestError) as info:
+        load_manifest(tmp_path)
+    assert info.value.key == "workload.shapes[1].masked" and "true or false" in str(info.value)
+    assert "declares masked a flag" in str(info.value)
