@@ -2,7 +2,8 @@
 
     python bench/collect_call.py /work/.device/3 --call 16
 
-The call's folder (the device tool's ``files_at``) holds ``gpu.txt`` (which card), ``cache.sqlite``,
+The call's folder (the device tool's ``files_at``) holds ``gpu.txt`` (which card), ``cache.sqlite`` (or
+``cache.sqlite.gz``: ``device_call.sh`` sends it gzipped, since the whole cache outgrew what a call may send back),
 ``results.jsonl`` and logs. This script
 
 * merges the call's gate results into ``bench/results/agent-CARD-cache.sqlite`` (rows already there are kept:
@@ -19,9 +20,11 @@ twice on one call adds nothing twice.
 from __future__ import annotations
 
 import argparse
+import gzip
 import shutil
 import sqlite3
 import sys
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -70,9 +73,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{runs}/{prefix}*: call {args.call} is filed already", file=sys.stderr)
         return 2
     runs.mkdir(parents=True, exist_ok=True)
+    into = args.results / f"agent-{card}-cache.sqlite"
     if (folder / "cache.sqlite").is_file():
-        before, after = merge_cache(folder / "cache.sqlite", args.results / f"agent-{card}-cache.sqlite")
+        before, after = merge_cache(folder / "cache.sqlite", into)
         print(f"cache agent-{card}-cache.sqlite: {before} -> {after} gate results")
+    elif (folder / "cache.sqlite.gz").is_file():
+        with tempfile.TemporaryDirectory() as tmp:  # the call's folder is read-only: unpack beside it
+            unpacked = Path(tmp) / "cache.sqlite"
+            with gzip.open(folder / "cache.sqlite.gz", "rb") as packed, unpacked.open("wb") as out:
+                shutil.copyfileobj(packed, out)
+            before, after = merge_cache(unpacked, into)
+        print(f"cache agent-{card}-cache.sqlite: {before} -> {after} gate results (from cache.sqlite.gz)")
     rows = folder / "results.jsonl"
     if rows.is_file() and rows.stat().st_size:
         text = rows.read_text(encoding="utf-8")

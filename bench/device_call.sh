@@ -5,7 +5,7 @@
 #
 #   run(command="bash bench/device_call.sh 540 8", carry=[".eval"], timeout_s=600)
 #
-# then file what it measured with `python bench/collect_call.py FILES_AT --call N` (merges $OUT/cache.sqlite into
+# then file what it measured with `python bench/collect_call.py FILES_AT --call N` (merges $OUT/cache.sqlite.gz into
 # bench/results/agent-CARD-cache.sqlite, appends $OUT/results.jsonl to bench/results/agent-CARD.jsonl, CARD h200 or
 # h100 as gpu.txt says, and copies the logs to bench/results/runs/) and commit.
 # With Ray's wheels carried too (`bash bench/ray_wheels.sh`, carry=[".eval", ".whl"]), tests/validator/test_ray_gpu.py
@@ -121,3 +121,5 @@ timeout -k 5 "$((EVAL_S + 70))" \
   --budget-s "$EVAL_S" --max-shapes 4 --jobs "$JOBS" "${SWEEP_ARGS[@]}" "$@" 2>&1 | tee "$OUT/evaluation.log" | tail -40
 cp "$OUT/cache.sqlite" "$WARM_CACHE" 2>/dev/null || true
 cat "$OUT/results.jsonl" >> "$WARM_RESULTS"
+# the whole cache outgrew what a call may send back (16.9 MB on 2026-12-07; gzipped 1.7 MB): collect_call.py unpacks it
+gzip -9 -f "$OUT/cache.sqlite" 2>/dev/null || true

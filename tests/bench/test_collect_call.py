@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import sqlite3
 from pathlib import Path
@@ -55,3 +56,19 @@ def test_a_call_is_merged_appended_and_copied_once(tmp_path: Path) -> None:
 def test_a_folder_not_written_by_device_call_is_refused(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     assert bench.main([str(tmp_path / "empty"), "--call", "1", "--results", str(tmp_path)]) == 2
+
+
+def test_a_gzipped_cache_is_unpacked_and_merged(tmp_path: Path) -> None:
+    """device_call.sh sends the cache gzipped (the whole of it outgrew what a call may send back)."""
+    results = tmp_path / "results"
+    results.mkdir()
+    _cache(results / "agent-h100-cache.sqlite", ["a"])
+    call = _call(tmp_path / "call", ["a", "z"], [])
+    raw = call / "cache.sqlite"
+    (call / "cache.sqlite.gz").write_bytes(gzip.compress(raw.read_bytes()))
+    raw.unlink()
+
+    assert bench.main([str(call), "--call", "9", "--date", "2026-12-07", "--results", str(results)]) == 0
+    with sqlite3.connect(results / "agent-h100-cache.sqlite") as db:
+        assert sorted(k for (k,) in db.execute("select key from results")) == ["a", "z"]
+    assert not any("cache" in p.name for p in (results / "runs").iterdir())  # merged, not copied as a log
