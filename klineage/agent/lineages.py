@@ -8,13 +8,12 @@ through ``KnowledgeBase`` service functions (``lineages``, ``step_kernels``, ``w
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from klineage.kb.service import KnowledgeBase
-from klineage.schema.lineage_records import Step
+from klineage.schema.lineage_records import geomean_gain
 
 
 @dataclass(frozen=True)
@@ -63,11 +62,6 @@ class LineageSummary:
         return f"{self.family} kernel {self.workload}: {self.description}. Optimized by: {path}."
 
 
-def _gain(step: Step) -> tuple[float | None, int]:
-    speedups = [x["speedup"] for x in step.speedups() if x["speedup"] and x["speedup"] > 0]
-    return (statistics.geometric_mean(speedups) if speedups else None), len(speedups)
-
-
 def load_lineages(kb: KnowledgeBase, include_samples: bool = False) -> list[LineageSummary]:
     """Every lineage of the knowledge base as a ``LineageSummary`` (sample lineages left out unless
     asked: they carry no measured evidence)."""
@@ -79,7 +73,7 @@ def load_lineages(kb: KnowledgeBase, include_samples: bool = False) -> list[Line
         steps = []
         for step in view.steps:
             before, after = kernels.get(step.id, (None, None))
-            gain, cases = _gain(step)
+            gain, cases = geomean_gain(step.speedups())
             steps.append(LineageStep(
                 index=step.index, operator=step.operator, accepted=step.accepted, gate=step.gate or None,
                 reason=step.reason, params=dict(step.params), gain=gain, cases=cases,

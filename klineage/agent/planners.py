@@ -68,7 +68,6 @@ CONFIG_VALUES = frozenset(LAUNCH_CONFIGURATION) - {"autotune", "register-cap"}
 AFTER_THE_PLAN = "fixed order, after the plan"
 
 
-
 class Planner(Protocol):
     """Proposes moves, best first, for the current state."""
 

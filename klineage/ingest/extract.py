@@ -64,7 +64,7 @@ from klineage.schema import pyast
 from klineage.schema.errors import KLineageError
 from klineage.schema.ids import content_id
 from klineage.schema.kernel_features import KERNEL_KIND
-from klineage.schema.lineage_records import step_speedups
+from klineage.schema.lineage_records import geomean_gain, step_speedups
 from klineage.schema.records import LAUNCH_CONFIGURATION_SET, PAYING_PAIR, Risk, pays_only_with_next
 from klineage.transforms.features import kernel_features
 from klineage.transforms.registry import LAUNCH_CONFIGURATION, get_operator
@@ -341,12 +341,6 @@ def enables_of(data: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
     return {a: tuple(sorted(bs)) for a, bs in out.items()}
 
 
-def step_gain(step: Mapping[str, Any]) -> float | None:
-    """The geometric mean over a step's timed cases of the speedup its optimization gave; None when untimed."""
-    speedups = [float(x["speedup"]) for x in step_speedups(step) if x["speedup"] and x["speedup"] > 0]
-    return math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else None
-
-
 def _has_configs(params: Mapping[str, Any] | None) -> bool:
     kernels = (params or {}).get("kernels") or {}
     return bool((params or {}).get("configs")) or any((k or {}).get("configs") for k in kernels.values())
@@ -374,7 +368,7 @@ def together_of(data: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
       (``records.pays_only_with_next``), listed under the first.
     """
     forward = sorted((s for s in data["steps"] if s["accepted"]), key=lambda s: -int(s["index"]))
-    gains = {int(s["index"]): step_gain(s) for s in forward}
+    gains = {int(s["index"]): geomean_gain(step_speedups(s))[0] for s in forward}
     kind = _naive_kind(data, forward)
     out: dict[str, list[dict[str, Any]]] = {}
     config = [s for s in forward if s["operator"] in LAUNCH_CONFIGURATION]

@@ -801,7 +801,9 @@ def search_skills(request: SearchRequest, store: GraphStore, catalog_for: Callab
     # exact expected gain only where it can still change the top `limit` (upper bound = max speedup)
     best_keys: list[tuple[int, float, int]] = []
     exact: dict[int, tuple[float, str, Together | None]] = {}
-    nearest = max((together_agreement(t, request.kernel) for s in catalog.skills for t in s.together), default=0.0)
+    # the kernel-kind agreement of the lineage most like the kernel: only a kernel search offers moves together
+    nearest = max((together_agreement(t, request.kernel) for s in catalog.skills for t in s.together),
+                  default=0.0) if request.operator_anchors is not None else 0.0
     for i in order:
         i = int(i)
         optimistic = (int(tier[i]), -float(upper[i]), i)

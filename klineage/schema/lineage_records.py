@@ -12,7 +12,8 @@ them with the defaults below.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,13 @@ def step_speedups(step: Mapping[str, Any]) -> list[dict[str, Any]]:
          "optimized_ms": t["from_ms"], "simplified_ms": t["to_ms"], "vendor_ms": t.get("vendor_ms")}
         for t in step.get("timings", ())
     ]
+
+
+def geomean_gain(speedups: Sequence[Mapping[str, Any]]) -> tuple[float | None, int]:
+    """The geometric mean of a step's positive per-shape speedups (``step_speedups`` rows) and how many there
+    were; (None, 0) when the step timed nothing."""
+    values = [float(x["speedup"]) for x in speedups if x["speedup"] and x["speedup"] > 0]
+    return (statistics.geometric_mean(values) if values else None), len(values)
 
 
 @dataclass(frozen=True)

@@ -182,9 +182,9 @@ class Together:
 
     def view(self) -> dict[str, Any]:
         """The JSON form with GraphQL's field names and ``description`` (what the CLI's and MCP's JSON show)."""
-        return {"workload": self.workload, "steps": list(self.steps), "operators": list(self.operators),
-                "gain": self.gain, "kind": self.kind, "kernelKind": list(self.kernel_kind),
-                "description": self.describe()}
+        plain = self.to_dict()
+        kind = plain.pop("kernel_kind")
+        return {**plain, "kernelKind": kind, "description": self.describe()}
 
     @staticmethod
     def from_dict(data: Mapping[str, Any], workload: str | None = None) -> Together:
