@@ -14,6 +14,11 @@ date and kernel hashes); a run cut short by the time budget writes no row. Every
 loop, materializer, gates and budget (``klineage.agent``). The starting kernel's validation is not
 counted in the budget (it is the same for every method).
 
+Without a GPU, ``--validator cache-only:H100`` replays what that GPU measured (``--cache``) and nothing else: a
+run that meets a kernel the GPU never judged stops there, and its row goes to ``--partial`` (beside
+``--results``, NAME.partial.jsonl) with ``interrupted`` saying which call; ``table --partial FILE`` shows such a
+run's best so far as a lower bound (≥) where no finished run exists. A later GPU call finishes it.
+
 The table: per instance, the best speedup over the vendor of each method (a method that returned no
 passing kernel counts as the starting kernel's own speedup), geometric mean clamped to [0, 10], calls
 to reach 95 % of the final speedup, calls wasted on gate failures.
@@ -43,6 +48,8 @@ from klineage.kb.embedded_store import EmbeddedStore  # noqa: E402
 from klineage.kb.embedder import FrozenEmbedder  # noqa: E402
 from klineage.kb.service import KnowledgeBase  # noqa: E402
 from klineage.schema.manifest import load_manifest  # noqa: E402
+from klineage.validator import ValidatorUnavailable  # noqa: E402
+from klineage.validator.cache_only import CacheOnlyValidator  # noqa: E402
 from klineage.validator.runner import TIMING_METHOD  # noqa: E402
 
 HELDOUT = ROOT / "heldout"
@@ -100,6 +107,11 @@ def agent_version() -> str:
         for path in sorted((ROOT / folder).rglob("*.py")):
             digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
+
+
+def partial_path(args: argparse.Namespace) -> Path:
+    """Where rows of interrupted runs go: ``--partial``, else beside ``--results`` as NAME.partial.jsonl."""
+    return args.partial or args.results.with_suffix(".partial.jsonl")
 
 
 def spread(shapes: tuple[Any, ...], n: int | None) -> list[dict[str, Any]] | None:
@@ -174,6 +186,8 @@ def run(args: argparse.Namespace) -> int:
                if (folder.name, method, args.budget, json.dumps(options, sort_keys=True)) not in done]
     write_lock, results_lock = threading.Lock(), threading.Lock()
     stopped = threading.Event()
+    replaying = isinstance(client, CacheOnlyValidator)
+    unjudged: list[str] = []
 
     def say(line: str) -> None:
         with write_lock:
@@ -195,11 +209,21 @@ def run(args: argparse.Namespace) -> int:
             stopped.set()
             say(f"   time budget spent: {tag} resumes from the cache next call")
             return
+        except ValidatorUnavailable as exc:  # the start could not be judged
+            unjudged.append(f"{tag} (start)")
+            say(f"   {tag}: the start could not be judged ({exc}); no row")
+            return
         row = {"instance": folder.name, "family": problem.family, "method": method, "budget": args.budget,
                "options": options, "shapes": shapes, "gpu": info.gpu, "versions": info.versions,
                "date": datetime.now(UTC).isoformat(timespec="seconds"), "wall_s": round(time.monotonic() - t0, 1),
+               **({"replayed_from": args.cache.name} if replaying else {}),
                **{k: v for k, v in report.to_dict().items() if k != "best_source"}}
-        with results_lock, args.results.open("a", encoding="utf-8") as f:
+        # a run the validator stopped (a candidate it could not judge) is no result: its row goes to --partial,
+        # where it says how far it got (its best so far is a lower bound of the run's answer)
+        target = args.results if report.interrupted is None else partial_path(args)
+        if report.interrupted is not None:
+            unjudged.append(f"{tag} (after call {report.calls_used})")
+        with results_lock, target.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
         best = report.best.speedup if report.best else None
         say(f"   -> {tag}: best {best}, calls {report.calls_used}, wasted {report.calls_wasted}, {row['wall_s']} s")
@@ -209,6 +233,9 @@ def run(args: argparse.Namespace) -> int:
         for future in [pool.submit(one, folder, method) for folder, method in pending]:
             future.result()  # an unexpected error ends the call loudly
     say("time budget spent" if stopped.is_set() else "all runs done")
+    if unjudged:
+        say(f"{len(unjudged)} run(s) met a candidate the validator could not judge (rows in {partial_path(args)}; "
+            "a GPU call must finish them): " + ", ".join(unjudged))
     return 0
 
 
@@ -284,7 +311,7 @@ def _print_tables(latest: dict[tuple[str, str], dict[str, Any]], names: list[str
         for m in methods:
             r = latest.get((name, m))
             v = final(r) if r else None
-            cells.append("—" if v is None else f"{v:.2f}")
+            cells.append("—" if v is None else ("≥" if r.get("interrupted") else "") + f"{v:.2f}")
         first = "—" if start is None else f"{start:.2f}"
         print(f"| {name} | {any_row['family']} | {first} | " + " | ".join(cells) + " |")
     print()
@@ -303,9 +330,18 @@ def _print_tables(latest: dict[tuple[str, str], dict[str, Any]], names: list[str
         to95 = [r["calls_to_95pct"] for r in mine if r.get("calls_to_95pct") is not None]
         used = sum(r["calls_used"] for r in mine)
         wasted = sum(r["calls_wasted"] for r in mine)
-        print(f"| {m} | {len(mine)} | {gm:.3f} | {gm5:.3f} | {statistics.median(to95) if to95 else '—'} | "
+        at_least = "≥ " if any(r.get("interrupted") for r in mine) else ""
+        print(f"| {m} | {len(mine)} | {at_least}{gm:.3f} | {at_least}{gm5:.3f} | "
+              f"{statistics.median(to95) if to95 else '—'} | "
               f"{wasted}/{used} ({100 * wasted / max(1, used):.0f} %) | 0 (the loop returns only kernels that "
               "passed every gate) |")
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of ``path`` (SystemExit naming the file when it is missing)."""
+    if not path.is_file():
+        raise SystemExit(f"{path}: no such results file")
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def _agent_of(row: dict[str, Any]) -> str:
@@ -319,7 +355,7 @@ def table(args: argparse.Namespace) -> int:
     Runs of an earlier timing method (rows without ``options.timing_method`` >= 2) are shown twice: as
     measured, and re-based on ``vendor_floor`` (their own vendor timings were not trustworthy); the plots
     use the re-based figures for them."""
-    rows = [json.loads(line) for line in args.results.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = _read_rows(args.results)
     if args.agent:
         wanted = _agent_of(rows[-1]) if args.agent == "last" and rows else args.agent
         rows = [r for r in rows if _agent_of(r).startswith(wanted)]
@@ -328,6 +364,11 @@ def table(args: argparse.Namespace) -> int:
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
         latest[(r["instance"], r["method"])] = r
+    if args.partial is not None:  # runs the validator stopped: their best so far, a lower bound, where no result is
+        wanted_agent = {_agent_of(r) for r in rows} if args.agent else None
+        for r in _read_rows(args.partial):
+            if (r["instance"], r["method"]) not in latest and (wanted_agent is None or _agent_of(r) in wanted_agent):
+                latest[(r["instance"], r["method"])] = r
     versions = sorted({_agent_of(r)[:12] for r in latest.values()})
     print(f"Rows of {len(versions)} agent version(s) ({', '.join(versions)}): the latest row of each instance x "
           "method" + ("; `--agent last` keeps only the newest version's" if len(versions) > 1 else "") + ".\n")
@@ -372,14 +413,21 @@ def _plots(latest: dict[tuple[str, str], dict[str, Any]], names: list[str], meth
     for j, m in enumerate(methods):
         values = [(final(latest[(n, m)]) if (n, m) in latest else None) or float("nan") for n in names]
         label = f"{m} (budget {'/'.join(map(str, budgets[m]))})"
-        # bars start at the vendor's 1x: slower than the vendor points down
-        ax.bar([i + j * width for i in range(len(names))], [v - 1.0 for v in values], width, bottom=1.0, label=label)
+        # bars start at the vendor's 1x: slower than the vendor points down; a run the validator stopped is hatched
+        bars = ax.bar([i + j * width for i in range(len(names))], [v - 1.0 for v in values], width, bottom=1.0,
+                      label=label)
+        for bar, n in zip(bars, names, strict=True):
+            if (latest.get((n, m)) or {}).get("interrupted"):
+                bar.set_hatch("///")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
     ax.set_xticks([i + width * (len(methods) - 1) / 2 for i in range(len(names))], names, rotation=60, ha="right")
     ax.set_ylabel("speedup over vendor (best kernel, log scale)")
-    ax.set_title(f"Agent on held-out kernels ({card.upper()}, same gates; validator calls per method in the legend)")
+    stopped = any(r.get("interrupted") for r in latest.values())
+    ax.set_title(f"Agent on held-out kernels ({card.upper()}, same gates; validator calls per method in the legend)"
+                 + ("\nhatched: a run replayed from the cache up to a kernel never measured: its best so far, a "
+                    "lower bound" if stopped else ""))
     ax.legend()
     fig.tight_layout()
     fig.savefig(by_instance, dpi=120)
@@ -434,6 +482,10 @@ def main() -> int:
     r.add_argument("--results", type=Path, default=RESULTS,
                    help="JSON lines file a row is appended to per finished run; runs with a row there are skipped "
                         "(default: bench/results/agent-h200.jsonl)")
+    r.add_argument("--partial", type=Path, default=None,
+                   help="JSON lines file for runs the validator stopped (a candidate it could not judge, e.g. one a "
+                        "cache-only validator never measured): how far they got, never counted as results "
+                        "(default: beside --results, NAME.partial.jsonl)")
     r.add_argument("--methods", default="klineage,memory,none",
                    help=f"comma-separated, of {', '.join(METHODS)} (greedy: the first round's loop, run it with "
                         "--budget 5)")
@@ -453,10 +505,14 @@ def main() -> int:
     r.add_argument("--validator", default=None,
                    help="where the jobs run: local (default), http://HOST:PORT, or a Ray cluster: ray, ray:auto, "
                         "ray:HOST:6379, ray://HOST:10001 (one actor per GPU, --cache shared by all; with "
-                        "--jobs about the cluster's GPU count)")
+                        "--jobs about the cluster's GPU count), or cache-only[:GPU]: no GPU, only what --cache holds "
+                        "as that GPU measured it (runs that meet a kernel it never measured write no row)")
     t = sub.add_parser("table", help="the table and the plots from the results")
     t.add_argument("--results", type=Path, default=RESULTS,
                    help="JSON lines file of `run` rows to tabulate (default: bench/results/agent-h200.jsonl)")
+    t.add_argument("--partial", type=Path, default=None,
+                   help="rows of runs the validator stopped (run's --partial file): where an instance x method has "
+                        "no result, its best so far is shown as a lower bound (≥)")
     t.add_argument("--no-plots", action="store_true", help="print the tables only, write no plots to docs/plots/")
     t.add_argument("--agent", default=None,
                    help="only rows of this agent version (a prefix of options.agent), or 'last' for the version "

@@ -1,7 +1,7 @@
 """Export the agent evaluation's attempts as trials the knowledge base can learn from.
 
-Every attempt of ``bench/results/agent-h200.jsonl`` (timing method 2 only: earlier runs' vendor timings are
-not trusted) is a skill applied by an agent to a held-out kernel and judged by every gate on the GPU. This
+Every attempt of every run of ``bench/results/agent-h200.jsonl`` (timing method 2 only: earlier runs' vendor
+timings are not trusted) is a skill applied by an agent to a held-out kernel and judged by every gate on the GPU. This
 script rebuilds each attempt's kernel source (the agent is deterministic: the start kernel, then each
 attempt's steps applied with the same operators to the kernel kept so far; the rebuilt source must hash to
 the attempt's recorded sha), takes the gate result that judged it from the evaluation's result cache, and
@@ -68,8 +68,9 @@ def trials_of(row: dict[str, Any], judged: dict[tuple[str, str], dict[str, Any]]
             if step.action != "simplify":
                 out.append({"operator": step.operator, "kernel_source": made.source, "outcome": outcome,
                             "speedup": relative, "gate_result": gate, "context": context,
-                            "recorded_at": row["date"], "instance": row["instance"], "method": row["method"],
-                            "call": attempt["call"]})
+                            # when the GPU judged it (a run replayed from the cache made no new measurement)
+                            "recorded_at": gate.get("date") or row["date"], "instance": row["instance"],
+                            "method": row["method"], "call": attempt["call"]})
         if attempt.get("accepted"):
             current, current_speedup = made.source, speedup
     return out, missed
@@ -92,16 +93,15 @@ def main() -> int:
             parser.error(f"{what} {path}: no such file")
     judged = _gate_results(args.cache)
     rows = [json.loads(line) for line in args.results.read_text(encoding="utf-8").splitlines() if line.strip()]
-    latest = {(r["instance"], r["method"]): r for r in rows
-              if int((r.get("options") or {}).get("timing_method", 1)) >= 2}
+    runs = [r for r in rows if int((r.get("options") or {}).get("timing_method", 1)) >= 2]
     trials: list[dict[str, Any]] = []
     missed = 0
     seen: set[tuple[Any, ...]] = set()
-    for row in latest.values():
+    for row in runs:  # every run, not only the latest of each instance x method: an earlier agent's kernels count
         found, lost = trials_of(row, judged)
         missed += lost
         for trial in found:
-            # two runs that made the same kernel the same way read one measurement from the cache: one trial
+            # runs that made the same kernel the same way read one measurement from the cache: one trial
             # (the knowledge base's Application identity: skill, kernel, outcome, speedup, date)
             key = (trial["operator"], kernel_sha(trial["kernel_source"]), trial["outcome"], trial.get("speedup"),
                    trial["recorded_at"])
@@ -110,7 +110,7 @@ def main() -> int:
                 trials.append(trial)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("".join(json.dumps(t, sort_keys=True) + "\n" for t in trials), encoding="utf-8")
-    print(f"{len(trials)} trials from {len(latest)} runs (timing method 2) -> {args.output}; "
+    print(f"{len(trials)} trials from {len(runs)} runs (timing method 2) -> {args.output}; "
           f"{missed} attempts not rebuilt or without a gate result")
     return 0
 

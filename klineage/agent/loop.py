@@ -17,6 +17,11 @@ forbidden import, ``run`` taking other arguments than the workload's inputs) is 
 touch what fails and the loop stops rather than spend the rest of the budget on it. A start failing later
 (correctness on the large shapes, say) is not stopped: a move such as int64-offsets may fix it.
 
+A validator that cannot judge a candidate (``ValidatorUnavailable``: a service gone mid-run, a cache-only
+validator asked for a kernel it never measured) ends the run there: the report keeps every call judged
+before and says where it stopped (``AgentReport.interrupted``). The start must be judged: without it the
+error is raised.
+
 Without a GPU the performance gate is skipped: candidates are kept when they pass the checking gates
 and the planner expected them to help (expected gain ≥ 1), and every report line says that nothing
 was measured.
@@ -37,7 +42,7 @@ from klineage.schema.gate_result import GATES, GateResult
 from klineage.schema.ids import kernel_sha
 from klineage.schema.records import skill_id
 from klineage.transforms.features import changed_kernels
-from klineage.validator import crowded_out
+from klineage.validator import ValidatorUnavailable, crowded_out
 
 #: A candidate is kept only when it beats the best by more than timing noise.
 MIN_GAIN = 0.01
@@ -116,6 +121,7 @@ def optimize(problem: Problem, planner: Planner, validator: Any, budget: int = 1
     best_source = problem.source if best is not None else None
     seen = {kernel_sha(problem.source)}
     like_start = 0  # candidates in a row failing exactly as a start that never reached its kernels
+    interrupted: str | None = None
     while len(state.attempts) < budget:
         candidate = _next_candidate(planner, state, seen)
         if candidate is None:
@@ -124,7 +130,12 @@ def optimize(problem: Problem, planner: Planner, validator: Any, budget: int = 1
         move, made = candidate
         sha = kernel_sha(made.source)
         seen.add(sha)
-        gate_result = judge(made.source)
+        try:
+            gate_result = judge(made.source)
+        except ValidatorUnavailable as exc:  # what was judged so far is kept: the report says where it stopped
+            interrupted = f"call {len(state.attempts) + 1} ({move.label}) could not be judged: {exc}"
+            say(f"interrupted: {interrupted}")
+            break
         result = measure(gate_result)
         changed = changed_kernels(state.source, made.source)
         unchecked = _unchecked_change(changed, gate_result)
@@ -155,7 +166,7 @@ def optimize(problem: Problem, planner: Planner, validator: Any, budget: int = 1
             say(why)
             break
     return AgentReport(problem.name, planner.name, budget, measured, start, best, best_source,
-                       tuple(state.attempts), tuple(notes))
+                       tuple(state.attempts), tuple(notes), interrupted)
 
 
 def _unchecked_change(changed: Sequence[str], result: GateResult) -> tuple[str, ...]:

@@ -34,7 +34,9 @@ class AgentReport:
     every method); ``best_source`` is the best kernel that passed every gate (the start when nothing
     better passed, None when not even the start passed); ``measured`` says whether performance was
     measured (False on a machine without a GPU: then nothing here is a speedup, and the agent ranked
-    moves by the knowledge base's expected gain).
+    moves by the knowledge base's expected gain). ``interrupted`` says why the run ended before its budget
+    and its moves when the validator could not judge a candidate (``ValidatorUnavailable``: a service
+    gone, a cache-only validator that never measured it): the report holds what was judged until then.
     """
 
     problem: str
@@ -46,6 +48,7 @@ class AgentReport:
     best_source: str | None
     trajectory: tuple[Attempt, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    interrupted: str | None = None
 
     @property
     def calls_used(self) -> int:
@@ -82,4 +85,5 @@ class AgentReport:
                 "start": self.start.to_dict(), "best": self.best.to_dict() if self.best else None,
                 "best_source": self.best_source, "calls_used": self.calls_used, "calls_wasted": self.calls_wasted,
                 "calls_to_95pct": self.calls_to_fraction(0.95), "best_so_far": self.best_so_far(),
-                "trajectory": [a.to_dict() for a in self.trajectory], "notes": list(self.notes)}
+                "trajectory": [a.to_dict() for a in self.trajectory], "notes": list(self.notes),
+                "interrupted": self.interrupted}

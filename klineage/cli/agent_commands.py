@@ -2,7 +2,9 @@
 
 Exit codes: 0 when a kernel that passed every gate is returned (the start when nothing better passed),
 1 when not even the starting kernel passed, 2 on bad usage (missing file or folder, malformed manifest,
-unknown method, an empty knowledge base for a method that needs one). Progress goes to stderr;
+unknown method, an empty knowledge base for a method that needs one), 3 when the validator could not be reached
+or stopped answering (mid-run: the report of the calls judged before is printed and the best kernel so far
+written to ``--output`` first). Progress goes to stderr;
 ``--json`` prints only the report on stdout.
 """
 
@@ -163,6 +165,9 @@ def optimize_command(
         except OSError as exc:  # the report is printed above: nothing of the run is lost
             raise _fail(f"--output {output}: could not write the best kernel: {exc.strerror or exc}") from exc
         err.print(f"wrote {output}")
+    if report.interrupted is not None:
+        err.print(f"[bold red]error:[/] the run stopped early: {report.interrupted}")
+        raise typer.Exit(3)
     if report.best is None:
         raise typer.Exit(1)
 

@@ -107,6 +107,30 @@ def test_the_budget_is_never_exceeded() -> None:
         optimize(_problem(), ListPlanner([]), ScriptedValidator(_speed), budget=-1)
 
 
+def test_a_validator_that_stops_answering_mid_run_leaves_the_report_of_what_was_judged() -> None:
+    """Call 2 cannot be judged (a service gone, a cache-only validator that never measured it): the report
+    keeps the start and call 1, says where it stopped, and an unjudgeable start still raises."""
+    from klineage.validator import ValidatorUnavailable
+
+    class GoneAfter(ScriptedValidator):
+        def validate(self, source: str, workload: Any, gates: Any = GATES, shapes: Any = None) -> GateResult:
+            if len(self.calls) == 2:
+                raise ValidatorUnavailable("validator at http://gpu:8100 unreachable")
+            return super().validate(source, workload, gates, shapes)
+
+    validator = GoneAfter(_speed)
+    report = optimize(_problem(), ListPlanner(list(MOVES)), validator, budget=4)
+    assert report.calls_used == 1 and len(validator.calls) == 2
+    assert report.interrupted is not None and report.interrupted.startswith("call 2 (")
+    assert "unreachable" in report.interrupted and report.to_dict()["interrupted"] == report.interrupted
+    assert report.trajectory[0].failed_gate == "correctness" and report.best_so_far() == [1.0, 1.0]
+    assert report.best is not None and report.best_source == _problem().source
+    complete = optimize(_problem(), ListPlanner(list(MOVES)), ScriptedValidator(_speed), budget=1)
+    assert complete.interrupted is None
+    with pytest.raises(ValidatorUnavailable):
+        optimize(_problem(), ListPlanner(list(MOVES)), GoneAfter(_speed, calls=["x", "y"]), budget=1)
+
+
 def test_a_failed_start_is_never_returned() -> None:
     always_wrong = ScriptedValidator(lambda source: ("correctness", 0.0))
     report = optimize(_problem(), ListPlanner(list(MOVES)), always_wrong, budget=3)

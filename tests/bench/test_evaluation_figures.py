@@ -146,14 +146,38 @@ def test_the_table_keeps_one_agent_versions_rows_when_asked(tmp_path: Path, caps
     rows = [row("a", "none", "old0", 2.0), row("a", "klineage", "old0", 1.0), row("b", "none", "new1", 3.0),
             row("b", "klineage", "new1", 4.0)]
     results.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    evaluation.table(argparse.Namespace(results=results, no_plots=True, agent=None))
+    evaluation.table(argparse.Namespace(results=results, no_plots=True, agent=None, partial=None))
     mixed = capsys.readouterr().out
     assert "2 agent version(s)" in mixed and "| a |" in mixed
-    evaluation.table(argparse.Namespace(results=results, no_plots=True, agent="last"))
+    evaluation.table(argparse.Namespace(results=results, no_plots=True, agent="last", partial=None))
     newest = capsys.readouterr().out
     assert "1 agent version(s) (new1)" in newest and "| a |" not in newest and "| b |" in newest
     with pytest.raises(SystemExit, match="no row"):
-        evaluation.table(argparse.Namespace(results=results, no_plots=True, agent="zzz"))
+        evaluation.table(argparse.Namespace(results=results, no_plots=True, agent="zzz", partial=None))
+
+
+def test_runs_the_validator_stopped_count_only_as_lower_bounds(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A run a cache-only validator could not finish (its row in --partial) fills only the cells without a
+    result, marked ≥, and its method's geomean is then a lower bound too."""
+    import argparse
+
+    def row(instance: str, method: str, speedup: float, interrupted: str | None = None) -> dict:
+        return {"instance": instance, "family": "f", "method": method, "options": {"agent": "v1", "timing_method": 2},
+                "start": {"speedup": 0.5}, "best": {"speedup": speedup}, "calls_used": 1, "calls_wasted": 0,
+                "calls_to_95pct": 1, "best_so_far": [0.5, speedup], "trajectory": [], "interrupted": interrupted}
+
+    results, partial = tmp_path / "rows.jsonl", tmp_path / "rows.partial.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in [row("a", "none", 2.0), row("b", "none", 1.0)]))
+    partial.write_text("".join(json.dumps(r) + "\n" for r in [row("a", "none", 9.0, "call 2 never measured"),
+                                                                row("c", "none", 4.0, "call 3 never measured")]))
+    evaluation.table(argparse.Namespace(results=results, no_plots=True, agent=None, partial=partial))
+    out = capsys.readouterr().out
+    assert "| a | f | 0.50 | 2.00 |" in out and "| c | f | 0.50 | ≥4.00 |" in out
+    assert "| none | 3 | ≥ 2.000 |" in out  # (2 · 1 · 4) ** (1/3)
+    evaluation.table(argparse.Namespace(results=results, no_plots=True, agent=None, partial=None))
+    assert "| c |" not in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no such results file"):
+        evaluation.table(argparse.Namespace(results=results, no_plots=True, agent=None, partial=tmp_path / "x"))
 
 
 def test_runs_finished_in_earlier_calls_count_as_done(tmp_path: Path) -> None:
