@@ -152,8 +152,7 @@ def prepare(args: argparse.Namespace) -> int:
 
 def _done(*results: Path) -> set[tuple[str, str, int, str]]:
     """The (instance, method, budget, options) of every row in ``results`` (files that do not exist hold none)."""
-    rows = [json.loads(line) for path in results if path.is_file()
-            for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [r for path in results if path.is_file() for r in _read_rows(path)]
     return {(r["instance"], r["method"], r["budget"], json.dumps(r["options"], sort_keys=True)) for r in rows}
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,37 +34,30 @@ def recorded_devices(path: Path | str) -> list[tuple[DeviceInfo, int]]:
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"result cache {str(file)!r} does not exist")
+    # counted by SQLite: the documents are stored with sorted keys, so equal versions are equal texts
     with sqlite3.connect(f"file:{file}?mode=ro", uri=True) as db:
-        docs = [row[0] for row in db.execute("SELECT doc FROM results")]
-    counts: Counter[tuple[str, str]] = Counter()
-    for doc in docs:
-        parsed = json.loads(doc)
-        if parsed.get("gpu") and parsed["gpu"] != NO_GPU:
-            counts[(parsed["gpu"], json.dumps(parsed.get("versions") or {}, sort_keys=True))] += 1
-    return [(DeviceInfo(gpu=gpu, versions=json.loads(versions), cuda=True, device_count=1), n)
-            for (gpu, versions), n in counts.most_common()]
+        groups = db.execute("SELECT json_extract(doc, '$.gpu') AS gpu, json_extract(doc, '$.versions'), COUNT(*) AS n "
+                            "FROM results WHERE gpu IS NOT NULL AND gpu != ? GROUP BY 1, 2 ORDER BY n DESC",
+                            (NO_GPU,)).fetchall()
+    return [(DeviceInfo(gpu=gpu, versions=json.loads(versions or "{}"), cuda=True, device_count=1), n)
+            for gpu, versions, n in groups]
 
 
 class CacheOnlyValidator:
-    """Serve stored gate results of ``device`` (default: the GPU with the most results in the cache, see
-    ``recorded_devices``); ``NotInCache`` for any request the cache cannot answer. ``seeds`` and ``timing``
+    """Serve stored gate results of the GPU named like ``device`` (default: the one with the most results in the
+    cache, see ``recorded_devices``); ``NotInCache`` for any request the cache cannot answer. ``seeds`` and ``timing``
     must be those the results were measured with, as for ``LocalValidator`` (they are part of the key)."""
 
-    def __init__(self, cache: Path | str, device: DeviceInfo | str | None = None, seeds: int = 5,
+    def __init__(self, cache: Path | str, device: str | None = None, seeds: int = 5,
                  timing: Mapping[str, Any] | None = None) -> None:
         found = recorded_devices(cache)
         if not found:
             raise ValueError(f"result cache {str(cache)!r} holds no GPU result to replay")
-        if isinstance(device, DeviceInfo):
-            chosen = device
-        else:
-            named = [d for d, _ in found if device is None or device.lower() in d.gpu.lower()]
-            if not named:
-                gpus = sorted({d.gpu for d, _ in found})
-                raise ValueError(f"result cache {str(cache)!r} holds no result of a GPU named like {device!r}; "
-                                 f"it holds: {', '.join(gpus)}")
-            chosen = named[0]
-        self.device = chosen
+        named = [d for d, _ in found if device is None or device.lower() in d.gpu.lower()]
+        if not named:
+            raise ValueError(f"result cache {str(cache)!r} holds no result of a GPU named like {device!r}; "
+                             f"it holds: {', '.join(sorted({d.gpu for d, _ in found}))}")
+        self.device = named[0]
         self.cache = ResultCache(cache)
         self.seeds = seeds
         self.timing = dict(timing) if timing else None
